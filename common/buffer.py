@@ -1,0 +1,128 @@
+"""Rollout storage with two reward streams and GAE (numpy only).
+
+Observations are stored once, as uint8, for T+1 time steps: ``obs[t]`` is s_t and
+``obs[t+1]`` is s_{t+1}, so next observations cost nothing extra. Where an episode
+ended at step t, ``obs[t+1]`` is already the first frame of the next episode; the
+true terminal frame is kept in ``terminal_obs`` for the intrinsic reward.
+Conversion to float happens per minibatch inside the networks, never for the
+whole rollout.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray | None, gamma: float, lam: float) -> np.ndarray:
+    """Generalized advantage estimation along time.
+
+    Args:
+        rewards: float32[T, N]; values: float32[T+1, N] (the last row bootstraps);
+        dones: float32[T, N], 1 where step t ended an episode (no bootstrap across
+            it); ``None`` for a non-episodic stream (RND's intrinsic rewards).
+    Returns:
+        advantages float32[T, N]; the returns are ``advantages + values[:-1]``.
+    """
+    T = rewards.shape[0]
+    notdone = np.ones_like(rewards) if dones is None else 1.0 - dones
+    adv = np.zeros_like(rewards, dtype=np.float32)
+    last = np.zeros(rewards.shape[1], dtype=np.float32)
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * values[t + 1] * notdone[t] - values[t]
+        last = delta + gamma * lam * notdone[t] * last
+        adv[t] = last
+    return adv
+
+
+class RolloutBuffer:
+    """One rollout of ``num_steps`` x ``num_envs`` transitions.
+
+    Filled step by step with ``add``; ``compute_returns_and_advantages`` fills
+    ``advantages``/``ret_ext``/``ret_int``; ``minibatches`` yields dicts of numpy
+    arrays (see there).
+    """
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple):
+        T, N = num_steps, num_envs
+        self.num_steps, self.num_envs, self.obs_shape = T, N, tuple(obs_shape)
+        self.obs = np.zeros((T + 1, N, *obs_shape), dtype=np.uint8)
+        self.actions = np.zeros((T, N), dtype=np.int64)
+        self.log_probs = np.zeros((T, N), dtype=np.float32)
+        self.values_ext = np.zeros((T + 1, N), dtype=np.float32)
+        self.values_int = np.zeros((T + 1, N), dtype=np.float32)
+        self.rewards_ext = np.zeros((T, N), dtype=np.float32)
+        self.rewards_int = np.zeros((T, N), dtype=np.float32)
+        self.dones = np.zeros((T, N), dtype=np.float32)
+        self.advantages = np.zeros((T, N), dtype=np.float32)
+        self.ret_ext = np.zeros((T, N), dtype=np.float32)
+        self.ret_int = np.zeros((T, N), dtype=np.float32)
+        self.terminal_obs: dict[tuple[int, int], np.ndarray] = {}
+        self.t = 0
+
+    def start(self, obs: np.ndarray) -> None:
+        """Begin a rollout from ``obs`` uint8[N, *obs_shape] (the envs' current observations)."""
+        self.obs[0] = obs
+        self.terminal_obs = {}
+        self.t = 0
+
+    def add(self, actions, log_probs, values_ext, values_int, rewards, dones, next_obs, infos=None) -> None:
+        """Store transition t; ``infos[i]['final_observation']`` is kept where env i's episode ended."""
+        t = self.t
+        if t >= self.num_steps:
+            raise IndexError(f"rollout is full ({self.num_steps} steps); call start() first")
+        self.actions[t], self.log_probs[t] = actions, log_probs
+        self.values_ext[t], self.values_int[t] = values_ext, values_int
+        self.rewards_ext[t], self.dones[t] = rewards, dones
+        self.obs[t + 1] = next_obs
+        if infos is not None:
+            for i in np.flatnonzero(dones):
+                if "final_observation" in infos[i]:
+                    self.terminal_obs[(t, int(i))] = infos[i]["final_observation"]
+        self.t = t + 1
+
+    @property
+    def full(self) -> bool:
+        return self.t == self.num_steps
+
+    def next_obs_for_reward(self, t_slice=slice(None)) -> np.ndarray:
+        """s_{t+1} for every transition, uint8[T, N, ...] with the true terminal frames in place."""
+        nxt = self.obs[1:][t_slice].copy()
+        for (t, i), o in self.terminal_obs.items():
+            nxt[t, i] = o
+        return nxt
+
+    def compute_returns_and_advantages(self, last_value_ext, last_value_int, gamma: float, lam: float,
+                                       int_gamma: float, ext_coef: float, int_coef: float) -> None:
+        """GAE per stream (intrinsic non-episodic) and A = ext_coef*A_ext + int_coef*A_int."""
+        self.values_ext[-1], self.values_int[-1] = last_value_ext, last_value_int
+        adv_ext = gae(self.rewards_ext, self.values_ext, self.dones, gamma, lam)
+        adv_int = gae(self.rewards_int, self.values_int, None, int_gamma, lam)
+        self.ret_ext = adv_ext + self.values_ext[:-1]
+        self.ret_int = adv_int + self.values_int[:-1]
+        self.adv_ext, self.adv_int = adv_ext, adv_int
+        self.advantages = (ext_coef * adv_ext + int_coef * adv_int).astype(np.float32)
+
+    def minibatches(self, num_minibatches: int, rng: np.random.Generator):
+        """Yield ``num_minibatches`` dicts over a random permutation of all T*N samples.
+
+        Keys: obs, next_obs uint8[B, *obs_shape]; actions int64[B]; log_probs,
+        advantages, ret_ext, ret_int, dones float32[B].
+        """
+        T, N = self.num_steps, self.num_envs
+        total = T * N
+        size = total // num_minibatches
+        perm = rng.permutation(total)
+        obs_flat = self.obs.reshape(((T + 1) * N, *self.obs_shape))
+        flat = {k: getattr(self, k).reshape(total) for k in
+                ("actions", "log_probs", "advantages", "ret_ext", "ret_int", "dones")}
+        for j in range(num_minibatches):
+            idx = np.sort(perm[j * size:(j + 1) * size])  # sorted: contiguous reads from the big obs array
+            batch = {k: v[idx] for k, v in flat.items()}
+            batch["obs"] = obs_flat[idx]              # s_t   at flat index t*N + i
+            batch["next_obs"] = obs_flat[idx + N]     # s_t+1 at flat index (t+1)*N + i
+            yield batch
+
+    def finish(self) -> None:
+        """Carry the last observation over as the first of the next rollout."""
+        self.obs[0] = self.obs[-1]
+        self.terminal_obs = {}
+        self.t = 0

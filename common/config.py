@@ -1,0 +1,168 @@
+"""Run configuration: one dataclass per game, every field a CLI flag.
+
+Fields are named after the tutorial's variables (``num_local_steps`` ->
+``--num-local-steps``) so a reader of the tutorial finds them. The help text of a
+flag is the field's ``help`` metadata; ``choices`` restrict a value. Nothing is read
+at import time: ``parse_config(cls, argv)`` builds the config, ``validate`` checks
+it, ``to_json`` records it next to the run's logs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import typing
+from dataclasses import dataclass, field
+
+
+def arg(default, help: str, choices=None, **kw):
+    """A dataclass field carrying its CLI help text (and optional choices)."""
+    return field(default=default, metadata={"help": help, "choices": choices, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Settings shared by every game. Game configs subclass this and change defaults."""
+
+    # --- run -------------------------------------------------------------------------
+    seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
+    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
+                                "videos and checkpoints into log_path/run_name")
+    run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")
+    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
+    resume: str = arg("", "checkpoint (.pdparams) to continue from; the run continues its step counters")
+    num_global_steps: int = arg(5_000_000, "stop after this many agent steps summed over all envs")
+    save_interval: int = arg(50, "save a checkpoint every this many updates")
+    eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
+    video_interval: int = arg(10, "record the evaluation episode to mp4 every this many updates (0: never)")
+    max_actions: int = arg(512, "evaluation stops when the greedy policy repeats one action this many times")
+    max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
+    histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
+    embedding_interval: int = arg(50, "log target-network embeddings of recent states every N updates (0: never)")
+    max_nan_updates: int = arg(3, "stop the run after this many consecutive updates with a non-finite loss")
+
+    # --- environments ------------------------------------------------------------------
+    num_processes: int = arg(6, "number of parallel environments")
+    num_workers: int = arg(0, "subprocesses hosting the environments (0: one per environment, up to "
+                               "num_processes; -1: all in the trainer process)")
+
+    # --- PPO ------------------------------------------------------------------------------
+    lr: float = arg(4e-5, "Adam learning rate (policy; also the intrinsic networks unless --intrinsic-lr)")
+    gamma: float = arg(0.9, "discount factor of the extrinsic reward")
+    tau: float = arg(1.0, "GAE lambda (the tutorial calls it tau)")
+    beta: float = arg(0.01, "entropy bonus coefficient")
+    epsilon: float = arg(0.2, "PPO clipping range")
+    batch_size: int = arg(16, "number of minibatches per epoch (the tutorial's batch_size)")
+    num_epochs: int = arg(10, "PPO epochs per update")
+    num_local_steps: int = arg(512, "rollout length per environment per update")
+    max_grad_norm: float = arg(0.5, "global gradient-norm clip")
+    value_loss: str = arg("smooth_l1", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
+    vf_coef: float = arg(1.0, "weight of the value loss")
+    clip_reward: bool = arg(False, "sign-clip extrinsic rewards before learning (the RND paper's Atari setting)")
+
+    # --- intrinsic reward ----------------------------------------------------------------
+    intrinsic: str = arg("rnd", "intrinsic-reward module", choices=("none", "rnd", "snd-v", "snd-std", "snd-vic"))
+    int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
+    ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
+    int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
+    update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
+    intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic networks (0: same as --lr)")
+    intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
+    obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")
+
+    # ---------------------------------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        return self.num_processes
+
+    @property
+    def rollout_size(self) -> int:
+        """Samples per update: num_local_steps x num_processes."""
+        return self.num_local_steps * self.num_processes
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.rollout_size // self.batch_size
+
+    @property
+    def num_updates(self) -> int:
+        return max(1, self.num_global_steps // self.rollout_size)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag and what is accepted."""
+        def need(ok, flag, value, accepted):
+            if not ok:
+                raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
+
+        for name in ("num_global_steps", "num_processes", "num_local_steps", "num_epochs", "batch_size",
+                     "max_actions", "max_eval_steps", "max_nan_updates"):
+            need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
+        for name in ("save_interval", "eval_interval", "video_interval", "histogram_interval",
+                     "embedding_interval", "obs_norm_steps"):
+            need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
+        need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
+        need(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        need(self.intrinsic_lr >= 0, "intrinsic-lr", self.intrinsic_lr, "0 or a positive learning rate")
+        for name in ("gamma", "tau", "int_gamma"):
+            need(0.0 <= getattr(self, name) <= 1.0, name.replace("_", "-"), getattr(self, name), "a value in [0, 1]")
+        need(0.0 < self.update_proportion <= 1.0, "update-proportion", self.update_proportion, "a value in (0, 1]")
+        need(self.epsilon > 0, "epsilon", self.epsilon, "a positive clip range")
+        need(self.max_grad_norm > 0, "max-grad-norm", self.max_grad_norm, "a positive norm")
+        need(self.beta >= 0 and self.int_coef >= 0 and self.ext_coef >= 0, "beta/--int-coef/--ext-coef",
+             (self.beta, self.int_coef, self.ext_coef), "non-negative coefficients")
+        need(self.rollout_size % self.batch_size == 0 and self.minibatch_size > 0, "batch-size", self.batch_size,
+             f"a divisor of num_local_steps x num_processes = {self.rollout_size}")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices:
+                need(getattr(self, f.name) in choices, f.name.replace("_", "-"), getattr(self, f.name),
+                     f"one of {', '.join(map(str, choices))}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _field_type(cls, f):
+    hints = typing.get_type_hints(cls)
+    return hints[f.name]
+
+
+def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
+    """argparse parser with one ``--kebab-case`` flag per field of ``cls``."""
+    parser = argparse.ArgumentParser(description=description or cls.__doc__,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        typ = _field_type(cls, f)
+        kw = dict(default=f.default, help=f.metadata.get("help", ""), dest=f.name)
+        if typ is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        else:
+            if f.metadata.get("choices"):
+                kw["choices"] = f.metadata["choices"]
+            parser.add_argument(flag, type=typ, **kw)
+    return parser
+
+
+def parse_config(cls, argv=None, description: str = ""):
+    """Parse ``argv`` into a validated ``cls`` instance; bad values exit with a clear message."""
+    parser = build_parser(cls, description)
+    ns = parser.parse_args(argv)
+    cfg = cls(**vars(ns))
+    try:
+        cfg.validate()
+    except ValueError as e:
+        parser.error(str(e))
+    return cfg

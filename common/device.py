@@ -1,0 +1,28 @@
+"""Paddle import guard and device selection."""
+from __future__ import annotations
+
+
+def require_paddle():
+    """Import Paddle, or fail with the install command (Paddle is not a hard dependency, see setup.py)."""
+    try:
+        import paddle  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise SystemExit("PaddlePaddle is not installed. CPU: pip install -e \".[cpu]\"; "
+                         "GPU: install paddlepaddle-gpu for your CUDA version (see README)") from e
+    return paddle
+
+
+def set_device(device: str) -> str:
+    """``cpu`` or ``gpu``; a clear error when a GPU is asked for but unavailable."""
+    paddle = require_paddle()
+    if device == "gpu":
+        if not paddle.device.is_compiled_with_cuda():
+            raise SystemExit("--device gpu needs paddlepaddle-gpu (this Paddle is the CPU build); use --device cpu")
+        if paddle.device.cuda.device_count() < 1:
+            raise SystemExit("--device gpu: paddlepaddle-gpu is installed but no CUDA device is visible")
+        paddle.set_device("gpu")
+    elif device == "cpu":
+        paddle.set_device("cpu")
+    else:
+        raise SystemExit(f"--device {device!r}: expected cpu or gpu")
+    return device

@@ -1,0 +1,33 @@
+"""Intrinsic-reward modules, chosen by name (``--intrinsic``).
+
+``make_intrinsic(name, ...)`` is the only constructor the trainer calls; every
+module implements ``common.intrinsic.base.IntrinsicModule``.
+"""
+from __future__ import annotations
+
+from common.intrinsic.base import IntrinsicModule, NoIntrinsic
+
+INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
+
+
+def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, lr: float,
+                   update_proportion: float, max_grad_norm: float, seed: int,
+                   target_lr: float | None = None) -> IntrinsicModule:
+    """Build the intrinsic module ``name``.
+
+    ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
+    (``mario/rnd_model.py``, ``montezuma/rnd_model.py``). ``target_lr`` is the
+    learning rate of the SND target (ignored by RND, whose target is frozen).
+    """
+    if name not in INTRINSIC_NAMES:
+        raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
+    if name == "none":
+        return NoIntrinsic()
+    target, predictor = make_networks(input_channels)
+    common = dict(obs_shape=obs_shape, input_channels=input_channels, lr=lr,
+                  update_proportion=update_proportion, max_grad_norm=max_grad_norm, seed=seed)
+    if name == "rnd":
+        from common.intrinsic.rnd import RND
+        return RND(target, predictor, **common)
+    from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
+    return SND_VARIANTS[name](target, predictor, target_lr=lr if target_lr is None else target_lr, **common)

@@ -1,0 +1,79 @@
+"""The interface every intrinsic-reward module implements.
+
+The trainer only talks to this interface, so RND and the SND variants are
+interchangeable by a config string (see ``common.intrinsic.make_intrinsic``).
+
+Conventions
+-----------
+* Observations arrive as the rollout stores them: ``uint8[B, C, H, W]`` (the
+  game's full frame stack). A module picks the channels it looks at with
+  ``input_channels`` (RND on Montezuma: only the latest frame) and normalizes
+  them itself (running mean/std, clipped to [-5, 5]); the normalizer is part of
+  its ``state_dict``.
+* ``reward`` returns the *raw* per-sample novelty (no grad). Scaling by the
+  running std of the discounted intrinsic return is the trainer's job, because it
+  is the same for every module.
+* ``update`` receives one PPO minibatch (see ``common.buffer.RolloutBuffer``):
+  ``obs`` uint8[B,C,H,W] = s_t, ``next_obs`` uint8[B,C,H,W] = s_{t+1},
+  ``dones`` float32[B] = 1 where the transition ended an episode (then
+  ``next_obs`` is already the first frame of the next episode and the pair
+  (s_t, s_{t+1}) is not consecutive). It trains the module's own networks with its
+  own optimizers and returns a flat ``dict[str, float]`` of losses whose keys
+  become VisualDL tags under ``losses/``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class IntrinsicModule:
+    """Base class: computes a novelty reward and trains itself on rollout data."""
+
+    #: registry name, e.g. "rnd", "snd-v"
+    name: str = "base"
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Update the observation normalizer with ``uint8[B, C, H, W]`` frames."""
+        raise NotImplementedError
+
+    def reward(self, obs: np.ndarray) -> np.ndarray:
+        """Raw novelty of ``uint8[B, C, H, W]`` observations -> ``float32[B]``."""
+        raise NotImplementedError
+
+    def update(self, batch: dict) -> dict:
+        """One optimisation step on a minibatch; returns ``{loss_name: float}``."""
+        raise NotImplementedError
+
+    def features(self, obs: np.ndarray) -> np.ndarray:
+        """Target-network features ``float32[B, D]`` (for the embedding view)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def set_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+
+class NoIntrinsic(IntrinsicModule):
+    """``--intrinsic none``: plain PPO. Rewards are zero and nothing is trained."""
+
+    name = "none"
+
+    def observe(self, obs):
+        pass
+
+    def reward(self, obs):
+        return np.zeros(len(obs), dtype=np.float32)
+
+    def update(self, batch):
+        return {}
+
+    def features(self, obs):
+        return np.zeros((len(obs), 0), dtype=np.float32)
+
+    def state_dict(self):
+        return {}
+
+    def set_state_dict(self, state):
+        pass

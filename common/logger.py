@@ -1,0 +1,107 @@
+"""VisualDL logging with every tag name in one place, plus a JSON-lines copy.
+
+The tutorial's tags are kept verbatim so its VisualDL screenshots still match;
+structured tags group the rest by prefix (``charts/``, ``losses/``,
+``intrinsic/``, ``episode/``, ``eval/``, ``perf/``). Every scalar is also appended
+to ``metrics.jsonl`` in the run folder so notebooks and benchmarks can plot curves
+with matplotlib without parsing VisualDL's binary records.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+# The tutorial's tags (VisualDL), verbatim.
+TRAINING_REWARD = "Training Reward"
+EVAL_EXTRINSIC = "Eval Extrinsic reward"
+EVAL_INTRINSIC = "Eval Intrinsic reward"
+TOTAL_LOSS = "Total loss"
+FORWARD_LOSS = "Forward loss"
+
+# Structured tags.
+STEPS_PER_SEC = "perf/steps_per_sec"
+UPDATE_SECONDS = "perf/update_seconds"
+COLLECT_SECONDS = "perf/collect_seconds"
+EPISODE_RETURN = "episode/return"
+EPISODE_LENGTH = "episode/length"
+INT_REWARD_MEAN = "intrinsic/reward_mean"
+INT_REWARD_MAX = "intrinsic/reward_max"
+INT_REWARD_RAW = "intrinsic/raw_reward_mean"
+INT_RETURN_STD = "intrinsic/return_std"
+ADV_EXT = "charts/advantage_ext_mean"
+ADV_INT = "charts/advantage_int_mean"
+NAN_UPDATES = "charts/nonfinite_skipped"
+HIST_INT_REWARD = "intrinsic/reward_hist"
+HIST_ADVANTAGE = "charts/advantage_hist"
+EVAL_FRAMES = "eval/frames"
+EMBEDDING = "intrinsic/target_features"
+
+
+class Logger:
+    """Writes scalars/histograms/images/embeddings to VisualDL under ``run_dir``."""
+
+    def __init__(self, run_dir: str, comment: str = ""):
+        from visualdl import LogWriter  # imported here: VisualDL is heavy and only the trainer needs it
+
+        os.makedirs(run_dir, exist_ok=True)
+        self.run_dir = run_dir
+        self.writer = LogWriter(logdir=run_dir, comment=comment)
+        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.last: dict[str, float] = {}
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        value = float(value)
+        if not np.isfinite(value):
+            return
+        self.writer.add_scalar(tag=tag, value=value, step=int(step))
+        self._jsonl.write(json.dumps({"tag": tag, "step": int(step), "value": value}) + "\n")
+        self.last[tag] = value
+
+    def scalars(self, prefix: str, values: dict, step: int) -> None:
+        for k, v in values.items():
+            self.scalar(f"{prefix}/{k}", v, step)
+
+    def histogram(self, tag: str, values: np.ndarray, step: int, buckets: int = 30) -> None:
+        values = np.asarray(values, dtype=np.float64).ravel()
+        values = values[np.isfinite(values)]
+        if values.size:
+            self.writer.add_histogram(tag=tag, values=values, step=int(step), buckets=buckets)
+
+    def image(self, tag: str, img: np.ndarray, step: int) -> None:
+        """``img`` uint8[H, W, 3] (or [H, W] gray)."""
+        if img.ndim == 2:
+            img = np.repeat(img[:, :, None], 3, axis=2)
+        self.writer.add_image(tag=tag, img=img, step=int(step), dataformats="HWC")
+
+    def embeddings(self, tag: str, mat: np.ndarray, metadata: list, header: list | None = None) -> None:
+        """``mat`` float[B, D] with one metadata row (list of str) per sample."""
+        kw = {"metadata_header": header} if header else {}
+        self.writer.add_embeddings(tag=tag, mat=np.asarray(mat, np.float32).tolist(), metadata=metadata, **kw)
+
+    def hparams(self, hparams: dict, metrics: list) -> None:
+        # VisualDL's protobuf rejects bools as ints: record them as strings.
+        clean = {k: (str(v) if isinstance(v, bool) else v) for k, v in hparams.items()
+                 if isinstance(v, (int, float, str, bool))}
+        self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
+
+    def flush(self) -> None:
+        self.writer.flush()
+        self._jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+        self._jsonl.close()
+
+
+def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{tag: (steps, values)}`` from a run folder's ``metrics.jsonl``."""
+    out: dict[str, tuple[list, list]] = {}
+    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            s, v = out.setdefault(rec["tag"], ([], []))
+            s.append(rec["step"])
+            v.append(rec["value"])
+    return {k: (np.asarray(s), np.asarray(v)) for k, (s, v) in out.items()}

@@ -1,0 +1,82 @@
+"""Running statistics used by RND-style intrinsic rewards (numpy only, no Paddle).
+
+* ``RunningMeanStd``: mean/variance of a stream of batches (parallel algorithm of
+  Chan et al.), used to normalize observations and intrinsic rewards.
+* ``RewardForwardFilter``: the discounted intrinsic return, accumulated along time
+  separately for each env; RND divides intrinsic rewards by the running std of it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class RunningMeanStd:
+    """Mean and variance over every batch seen so far, per element of ``shape``.
+
+    ``update(x)`` takes ``x`` of shape ``[B, *shape]`` (any numeric dtype); the
+    statistics are kept in float64 so that long runs do not drift.
+    """
+
+    def __init__(self, shape: tuple = (), epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        # A tiny prior count keeps the first update well defined (as in RND's code).
+        self.count = float(epsilon)
+
+    def update(self, x: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        if x.shape[0] == 0:
+            return
+        self.update_from_moments(x.mean(axis=0), x.var(axis=0), x.shape[0])
+
+    def update_from_moments(self, batch_mean, batch_var, batch_count: int) -> None:
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        new_mean = self.mean + delta * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.mean, self.var, self.count = new_mean, m2 / total, total
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(self.var)
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
+
+    def set_state_dict(self, state: dict) -> None:
+        mean, var = np.asarray(state["mean"], np.float64), np.asarray(state["var"], np.float64)
+        if mean.shape != self.mean.shape:
+            raise ValueError(f"RunningMeanStd shape mismatch: checkpoint has {mean.shape}, expected {self.mean.shape}")
+        self.mean, self.var, self.count = mean, var, float(state["count"])
+
+
+class RewardForwardFilter:
+    """Discounted sum of rewards along time, one accumulator per env.
+
+    ``update(r_t)`` with ``r_t`` float[N] (one reward per env at step t) returns the
+    running discounted return ``R_t = gamma * R_{t-1} + r_t`` for each env. Feed it the
+    rollout one time step at a time (``filter_rollout`` does that); feeding it a
+    flattened [T*N] batch would mix envs and times, a known bug in RND ports.
+    """
+
+    def __init__(self, gamma: float, num_envs: int):
+        self.gamma = float(gamma)
+        self.rewems = np.zeros(num_envs, dtype=np.float64)
+
+    def update(self, rews: np.ndarray) -> np.ndarray:
+        self.rewems = self.rewems * self.gamma + np.asarray(rews, dtype=np.float64)
+        return self.rewems.copy()
+
+    def filter_rollout(self, rews: np.ndarray) -> np.ndarray:
+        """``rews`` float[T, N] -> discounted returns float64[T, N], along time."""
+        return np.stack([self.update(r) for r in rews])
+
+    def state_dict(self) -> dict:
+        return {"gamma": self.gamma, "rewems": self.rewems.copy()}
+
+    def set_state_dict(self, state: dict) -> None:
+        rewems = np.asarray(state["rewems"], np.float64)
+        if rewems.shape != self.rewems.shape:
+            raise ValueError(
+                f"RewardForwardFilter has {rewems.shape[0]} envs in the checkpoint, this run has {self.rewems.shape[0]}")
+        self.gamma, self.rewems = float(state["gamma"]), rewems

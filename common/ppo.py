@@ -1,0 +1,113 @@
+"""PPO for an actor-critic with an extrinsic and an intrinsic value head.
+
+The policy network contract (both games): ``policy(x)`` with x float32[B, C, H, W]
+in [0, 1] returns ``(logits float32[B, A], v_ext float32[B], v_int float32[B])``.
+
+Log-probabilities use ``log_softmax`` + ``take_along_axis``: on Paddle 3,
+``paddle.distribution.Categorical`` treats its input as probabilities in
+``log_prob`` but as logits in ``sample``/``entropy``, and returns [N, N] for a
+vector of actions (the tutorial's tril/triu trick took the diagonal of that).
+"""
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+
+def obs_to_tensor(obs: np.ndarray) -> paddle.Tensor:
+    """uint8[B, C, H, W] -> float32 tensor in [0, 1] (the tutorial's /255, done per batch)."""
+    return paddle.to_tensor(obs).astype("float32") / 255.0
+
+
+def log_prob_entropy(logits: paddle.Tensor, actions: paddle.Tensor):
+    """log pi(a|s) float32[B] and entropy float32[B] from logits float32[B, A], actions int64[B]."""
+    logp_all = F.log_softmax(logits, axis=-1)
+    logp = paddle.take_along_axis(logp_all, actions.reshape([-1, 1]), axis=-1).squeeze(-1)
+    entropy = -(paddle.exp(logp_all) * logp_all).sum(axis=-1)
+    return logp, entropy
+
+
+def sample_actions(logits: np.ndarray, rng: np.random.Generator):
+    """Sample from softmax(logits) float32[B, A] with ``rng``; returns (int64[B], log-prob float32[B]).
+
+    Sampling on the host with the trainer's numpy generator keeps runs
+    reproducible and the generator state checkpointable.
+    """
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    cdf = np.cumsum(np.exp(logp_all), axis=1)
+    u = rng.random((len(z), 1)) * cdf[:, -1:]
+    actions = (cdf < u).sum(axis=1).clip(0, z.shape[1] - 1).astype(np.int64)
+    return actions, logp_all[np.arange(len(z)), actions].astype(np.float32)
+
+
+class PPO:
+    """The update rule: clipped surrogate + value losses of both heads + entropy bonus.
+
+    Args:
+        policy: the actor-critic ``nn.Layer`` (contract above).
+        lr, epsilon (clip range), beta (entropy coefficient), vf_coef, max_grad_norm.
+        value_loss: "smooth_l1" (the tutorial's) or "mse" (0.5 * squared error, RND's).
+    """
+
+    def __init__(self, policy: nn.Layer, lr: float, epsilon: float, beta: float, vf_coef: float,
+                 max_grad_norm: float, value_loss: str = "smooth_l1"):
+        if value_loss not in ("smooth_l1", "mse"):
+            raise ValueError(f"value_loss must be 'smooth_l1' or 'mse', got {value_loss!r}")
+        self.policy = policy
+        self.epsilon, self.beta, self.vf_coef, self.value_loss = epsilon, beta, vf_coef, value_loss
+        self.optimizer = paddle.optimizer.Adam(
+            learning_rate=lr, parameters=policy.parameters(),
+            grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
+
+    @paddle.no_grad()
+    def act(self, obs: np.ndarray, rng: np.random.Generator):
+        """Sample actions for uint8[N, C, H, W]; returns numpy (actions, log_probs, v_ext, v_int)."""
+        logits, v_ext, v_int = self.policy(obs_to_tensor(obs))
+        actions, logp = sample_actions(logits.numpy(), rng)
+        return actions, logp, v_ext.numpy(), v_int.numpy()
+
+    @paddle.no_grad()
+    def values(self, obs: np.ndarray):
+        _, v_ext, v_int = self.policy(obs_to_tensor(obs))
+        return v_ext.numpy(), v_int.numpy()
+
+    def _value_loss(self, v, ret):
+        if self.value_loss == "smooth_l1":
+            return F.smooth_l1_loss(v, ret)
+        return 0.5 * ((v - ret) ** 2).mean()
+
+    def loss(self, batch: dict):
+        """Total loss (0-D tensor) and a dict of its terms (tensors) for one minibatch of numpy arrays."""
+        logits, v_ext, v_int = self.policy(obs_to_tensor(batch["obs"]))
+        actions = paddle.to_tensor(batch["actions"])
+        adv = paddle.to_tensor(batch["advantages"])
+        logp, entropy = log_prob_entropy(logits, actions)
+        ratio = paddle.exp(logp - paddle.to_tensor(batch["log_probs"]))
+        surrogate = paddle.minimum(ratio * adv, paddle.clip(ratio, 1.0 - self.epsilon, 1.0 + self.epsilon) * adv)
+        actor_loss = -surrogate.mean()
+        critic_loss = (self._value_loss(v_ext, paddle.to_tensor(batch["ret_ext"]))
+                       + self._value_loss(v_int, paddle.to_tensor(batch["ret_int"])))
+        entropy = entropy.mean()
+        total = actor_loss + self.vf_coef * critic_loss - self.beta * entropy
+        approx_kl = ((ratio - 1.0) - paddle.log(ratio)).mean()  # k3 estimator, always >= 0
+        clipfrac = ((ratio - 1.0).abs() > self.epsilon).astype("float32").mean()
+        return total, {"actor": actor_loss, "critic": critic_loss, "entropy": entropy,
+                       "approx_kl": approx_kl, "clipfrac": clipfrac}
+
+    def step(self, batch: dict):
+        """One gradient step; returns a dict of floats, or None when the loss is not finite (skipped)."""
+        total, terms = self.loss(batch)
+        total_value = float(total)
+        if not np.isfinite(total_value):
+            self.optimizer.clear_grad()
+            return None
+        self.optimizer.clear_grad()
+        total.backward()
+        self.optimizer.step()
+        out = {k: float(v) for k, v in terms.items()}
+        out["total"] = total_value
+        return out

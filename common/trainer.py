@@ -1,0 +1,428 @@
+"""The one training loop, shared by every game.
+
+    collect (T steps x N envs, uint8 obs)
+      -> intrinsic rewards for s_{t+1}, scaled by the std of their discounted return
+      -> GAE per stream, A = ext_coef * A_ext + int_coef * A_int
+      -> PPO epochs x minibatches (+ the intrinsic module's update on each minibatch)
+      -> log -> greedy eval every ``eval_interval`` -> checkpoint every ``save_interval``
+
+What differs between games comes from the ``GameSpec``. Ctrl-C / SIGTERM finish
+the current step, save a checkpoint and close the workers; a second Ctrl-C
+aborts at once.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import signal
+import time
+import warnings
+
+import numpy as np
+
+from common.config import TrainConfig
+from common.device import require_paddle, set_device
+from common.game import GameSpec
+
+paddle = require_paddle()
+
+from common import logger as tags  # noqa: E402
+from common.buffer import RolloutBuffer  # noqa: E402
+from common.checkpoint import (CheckpointError, check_compatible, load_checkpoint, optimizer_state,  # noqa: E402
+                               save_checkpoint, set_optimizer_state)
+from common.intrinsic import make_intrinsic  # noqa: E402
+from common.logger import Logger  # noqa: E402
+from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
+from common.ppo import PPO, obs_to_tensor  # noqa: E402
+from common.vec_env import make_vec_env  # noqa: E402
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised after ``max_nan_updates`` consecutive updates with a NaN/inf loss."""
+
+
+class Trainer:
+    """PPO + intrinsic reward for one game. ``Trainer(spec, cfg).train()`` runs to completion."""
+
+    def __init__(self, spec: GameSpec, cfg: TrainConfig):
+        cfg.validate()
+        self.spec, self.cfg = spec, cfg
+        set_device(cfg.device)
+        paddle.seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+
+        self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
+        self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
+        os.makedirs(self.saved_path, exist_ok=True)
+
+        self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
+        self.obs_shape, self.num_actions = spec.spaces(cfg)
+        self.policy = spec.make_policy(cfg, self.obs_shape, self.num_actions)
+        self.ppo = PPO(self.policy, lr=cfg.lr, epsilon=cfg.epsilon, beta=cfg.beta, vf_coef=cfg.vf_coef,
+                       max_grad_norm=cfg.max_grad_norm, value_loss=cfg.value_loss)
+        self.intrinsic = make_intrinsic(
+            cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
+            lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
+            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1)
+        self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
+        self.int_rms = RunningMeanStd(())
+        self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
+
+        self.update = 0          # completed updates
+        self.global_step = 0     # agent steps over all envs
+        self.obs_norm_ready = cfg.intrinsic == "none"
+        self.nan_streak = 0
+        self.nan_total = 0
+        self.last_checkpoint = ""
+        self.saved_update = -1
+        self.recent = collections.deque(maxlen=20)   # recent finished training episodes (metrics dicts)
+        self._stop_signal = None
+        self._eval_env = None
+        if cfg.resume:
+            self.load(cfg.resume)
+        cfg.to_json(os.path.join(self.run_dir, "config.json"))
+        self.logger = Logger(self.run_dir, comment=spec.name)
+
+    # ------------------------------------------------------------------ setup
+    def _default_run_name(self) -> str:
+        c = self.cfg
+        return f"{self.spec.name}_{self.spec.level_name(c)}_{c.intrinsic}_seed{c.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def _make_envs(self):
+        cfg = self.cfg
+        fns = [self.spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
+        workers = {-1: 0, 0: cfg.num_envs}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
+        # Env i is seeded with seed + i; a resumed run starts fresh episodes, seeded by its update count
+        # so that it does not replay the first episodes of the original run.
+        return make_vec_env(fns, num_workers=workers, seed=cfg.seed + 100_003 * self.update)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {
+            "game": self.spec.name,
+            "config": self.cfg.to_dict(),
+            "intrinsic_name": self.cfg.intrinsic,
+            "update": self.update,
+            "global_step": self.global_step,
+            "policy": self.policy.state_dict(),
+            "optimizer": optimizer_state(self.ppo.optimizer),
+            "intrinsic": self.intrinsic.state_dict(),
+            "int_filter": self.int_filter.state_dict(),
+            "int_rms": self.int_rms.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "obs_norm_ready": self.obs_norm_ready,
+            "nan_total": self.nan_total,
+        }
+
+    def load(self, path: str) -> None:
+        """Restore everything from a checkpoint; refuses one from another game or network."""
+        state = load_checkpoint(path)
+        check_compatible(state, self.spec.name, {"policy": self.policy.state_dict(),
+                                                 "intrinsic_name": self.cfg.intrinsic}, path)
+        self.policy.set_state_dict(state["policy"])
+        set_optimizer_state(self.ppo.optimizer, state["optimizer"])
+        try:
+            self.intrinsic.set_state_dict(state["intrinsic"])
+            self.int_filter.set_state_dict(state["int_filter"])
+        except (ValueError, KeyError) as e:
+            raise CheckpointError(f"{path}: {e}") from e
+        self.int_rms.set_state_dict(state["int_rms"])
+        self.rng.bit_generator.state = state["rng"]
+        self.update, self.global_step = int(state["update"]), int(state["global_step"])
+        self.obs_norm_ready = bool(state["obs_norm_ready"])
+        self.nan_total = int(state.get("nan_total", 0))
+
+    def save(self, name: str | None = None) -> str:
+        path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.update))
+        self.last_checkpoint = save_checkpoint(path, self.state_dict())
+        self.saved_update = self.update
+        return path
+
+    # ------------------------------------------------------------------ signals
+    def _on_signal(self, signum, frame):
+        if self._stop_signal is not None:  # second Ctrl-C: give up at once
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        print(f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
+              "(press Ctrl-C again to abort without saving)", flush=True)
+
+    # ------------------------------------------------------------------ phases
+    def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
+        """Random-agent warm-up of the intrinsic module's observation normalizer (RND)."""
+        for _ in range(self.cfg.obs_norm_steps):
+            if self._stop_signal is not None:
+                break
+            actions = self.rng.integers(0, self.num_actions, size=self.cfg.num_envs)
+            obs, _, _, _ = self.envs.step(actions)
+            self.intrinsic.observe(obs)
+        self.obs_norm_ready = self._stop_signal is None
+        return obs
+
+    def collect(self, obs: np.ndarray, keep_metadata: bool = False):
+        """Fill the buffer with one rollout; returns (last obs, finished-episode infos) or None if stopped.
+
+        With ``keep_metadata`` the game's embedding labels of every s_{t+1} are kept in
+        ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view.
+        """
+        cfg, buf = self.cfg, self.buffer
+        buf.start(obs)
+        episodes = []
+        self.embedding_meta = {}
+        for _ in range(cfg.num_local_steps):
+            if self._stop_signal is not None:
+                return None
+            actions, logp, v_ext, v_int = self.ppo.act(obs, self.rng)
+            obs, rewards, dones, infos = self.envs.step(actions)
+            if keep_metadata:
+                for i, info in enumerate(infos):
+                    self.embedding_meta[(buf.t, i)] = self.spec.embedding_metadata(info)
+            buf.add(actions, logp, v_ext, v_int, rewards, dones, obs, infos)
+            for i in np.flatnonzero(dones):
+                episodes.append(infos[i])
+        if cfg.clip_reward:
+            np.sign(buf.rewards_ext, out=buf.rewards_ext)
+        return obs, episodes
+
+    def intrinsic_rewards(self) -> np.ndarray:
+        """Raw novelty of every s_{t+1} [T, N], and the scaled rewards stored in the buffer."""
+        buf = self.buffer
+        T, N = buf.num_steps, buf.num_envs
+        nxt = buf.next_obs_for_reward()
+        raw = self.intrinsic.reward(nxt.reshape(T * N, *self.obs_shape)).reshape(T, N)
+        # Scale by the std of the discounted intrinsic return, computed along time per env (RND).
+        self.int_rms.update(self.int_filter.filter_rollout(raw).ravel())
+        buf.rewards_int[:] = raw / math.sqrt(self.int_rms.var + 1e-8)
+        self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
+        return raw
+
+    def learn(self) -> dict | None:
+        """PPO epochs over the buffer; returns mean losses, or None if a non-finite loss skipped it."""
+        cfg = self.cfg
+        sums, count = collections.defaultdict(float), 0
+        self.policy.train()
+        for _ in range(cfg.num_epochs):
+            for batch in self.buffer.minibatches(cfg.batch_size, self.rng):
+                out = self.ppo.step(batch)
+                int_out = self.intrinsic.update(batch) if out is not None else {}
+                if out is None or not all(np.isfinite(v) for v in int_out.values()):
+                    return None
+                for k, v in out.items():
+                    sums[k] += v
+                for k, v in int_out.items():
+                    sums[k] += v
+                count += 1
+        return {k: v / count for k, v in sums.items()}
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, record_path: str | None = None) -> dict:
+        """One greedy episode (the tutorial's rule: stop when one action repeats ``max_actions`` times)."""
+        cfg = self.cfg
+        if record_path:
+            env = self.spec.env_factory(cfg, record_path)()
+        else:
+            if self._eval_env is None:
+                self._eval_env = self.spec.env_factory(cfg, None)()
+            env = self._eval_env
+        obs = env.reset(seed=cfg.seed + 7919 * (self.update + 1))
+        frames, stacks, ret, steps, repeat, last_action = [], [obs], 0.0, 0, 0, -1
+        info = {}
+        self.policy.eval()
+        try:
+            with paddle.no_grad():
+                while steps < cfg.max_eval_steps:
+                    logits, _, _ = self.policy(obs_to_tensor(obs[None]))
+                    action = int(logits.numpy()[0].argmax())
+                    obs, reward, done, info = env.step(action)
+                    ret += reward
+                    steps += 1
+                    stacks.append(obs)
+                    repeat = repeat + 1 if action == last_action else 1
+                    last_action = action
+                    if done or repeat >= cfg.max_actions:
+                        break
+        finally:
+            if record_path:
+                env.close()
+        stacks = np.stack(stacks)
+        int_reward = float(self.intrinsic.reward(stacks[1:]).sum()) if len(stacks) > 1 else 0.0
+        pick = np.linspace(0, len(stacks) - 1, num=min(8, len(stacks))).astype(int)
+        strip = np.concatenate([stacks[i, -1] for i in pick], axis=1)  # latest frame of 8 moments, side by side
+        return {"return": ret, "length": steps, "intrinsic": int_reward, "info": info, "strip": strip,
+                "video": record_path}
+
+    # ------------------------------------------------------------------ logging
+    def _log_update(self, losses, raw_int, episodes, t_collect, t_update):
+        lg, step, buf, cfg = self.logger, self.global_step, self.buffer, self.cfg
+        lg.scalar(tags.TRAINING_REWARD, buf.rewards_ext.mean(axis=1).sum(), self.update)  # tutorial's definition
+        if losses:
+            lg.scalar(tags.TOTAL_LOSS, losses["total"], self.update)
+            if "forward" in losses:
+                lg.scalar(tags.FORWARD_LOSS, losses["forward"], self.update)
+            lg.scalars("losses", losses, step)
+        lg.scalar(tags.INT_REWARD_RAW, raw_int.mean(), step)
+        lg.scalar(tags.INT_REWARD_MEAN, buf.rewards_int.mean(), step)
+        lg.scalar(tags.INT_REWARD_MAX, buf.rewards_int.max(), step)
+        lg.scalar(tags.INT_RETURN_STD, math.sqrt(self.int_rms.var), step)
+        lg.scalar(tags.ADV_EXT, buf.adv_ext.mean(), step)
+        lg.scalar(tags.ADV_INT, buf.adv_int.mean(), step)
+        lg.scalar(tags.NAN_UPDATES, self.nan_total, step)
+        lg.scalar(tags.COLLECT_SECONDS, t_collect, step)
+        lg.scalar(tags.UPDATE_SECONDS, t_update, step)
+        lg.scalar(tags.STEPS_PER_SEC, cfg.rollout_size / max(t_collect + t_update, 1e-9), step)
+        for info in episodes:
+            ep = info.get("episode", {})
+            metrics = {"return": ep.get("r", 0.0), "length": ep.get("l", 0), **self.spec.episode_metrics(info)}
+            self.recent.append(metrics)
+            lg.scalars("episode", metrics, step)
+        if cfg.histogram_interval and self.update % cfg.histogram_interval == 0:
+            lg.histogram(tags.HIST_INT_REWARD, buf.rewards_int, step)
+            lg.histogram(tags.HIST_ADVANTAGE, buf.advantages, step)
+
+    def _log_embeddings(self):
+        """Target features of up to 256 of this rollout's states, labelled by the game (x_pos, room, ...)."""
+        keys = list(self.embedding_meta)
+        if self.cfg.intrinsic == "none" or not keys:
+            return
+        pick = self.rng.choice(len(keys), size=min(256, len(keys)), replace=False)
+        obs = np.stack([self.buffer.obs[keys[k][0] + 1, keys[k][1]] for k in pick])
+        meta = [self.embedding_meta[keys[k]] for k in pick]
+        header = list(self.spec.embedding_header)
+        if len(header) > 1:
+            self.logger.embeddings(tags.EMBEDDING, self.intrinsic.features(obs), meta, header)
+        else:
+            self.logger.embeddings(tags.EMBEDDING, self.intrinsic.features(obs), [m[0] for m in meta])
+
+    # ------------------------------------------------------------------ main loop
+    def train(self) -> dict:
+        cfg = self.cfg
+        print(f"{self.spec.name}: {cfg.num_updates} updates of {cfg.rollout_size} steps "
+              f"({cfg.num_envs} envs x {cfg.num_local_steps}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}")
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.num_updates * cfg.rollout_size, initial=self.global_step, unit="step",
+                   dynamic_ncols=True, desc=self.spec.name)
+        result = {}
+        try:
+            self.envs = self._make_envs()
+            obs = self.envs.reset()
+            if not self.obs_norm_ready:
+                obs = self.init_obs_normalizer(obs)
+            while self.update < cfg.num_updates and self._stop_signal is None:
+                t0 = time.perf_counter()
+                embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
+                collected = self.collect(obs, keep_metadata=embed)
+                if collected is None:
+                    break
+                obs, episodes = collected
+                last_ext, last_int = self.ppo.values(obs)
+                raw_int = self.intrinsic_rewards()
+                self.buffer.compute_returns_and_advantages(last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma,
+                                                           cfg.ext_coef, cfg.int_coef)
+                t1 = time.perf_counter()
+                losses = self.learn()
+                t2 = time.perf_counter()
+                if losses is None:
+                    self._nonfinite()
+                else:
+                    self.nan_streak = 0
+                self.update += 1
+                self.global_step += cfg.rollout_size
+                self._log_update(losses, raw_int, episodes, t1 - t0, t2 - t1)
+                if embed:
+                    self._log_embeddings()
+                if cfg.eval_interval and self.update % cfg.eval_interval == 0:
+                    result["eval"] = self._run_eval()
+                if cfg.save_interval and self.update % cfg.save_interval == 0:
+                    self.save()
+                self.buffer.finish()
+                bar.update(cfg.rollout_size)
+                bar.set_postfix_str(self._progress_text(losses))
+            if self.saved_update != self.update:  # the final state is always on disk
+                self.save()
+            self._final_hparams()
+        finally:
+            bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            self.close()
+        result.update(update=self.update, global_step=self.global_step, checkpoint=self.last_checkpoint,
+                      run_dir=self.run_dir, stopped_by_signal=self._stop_signal is not None)
+        return result
+
+    def _nonfinite(self):
+        self.nan_streak += 1
+        self.nan_total += 1
+        warnings.warn(f"update {self.update + 1}: non-finite loss, update skipped "
+                      f"({self.nan_streak} in a row, {self.nan_total} in total)", RuntimeWarning, stacklevel=2)
+        if self.nan_streak >= self.cfg.max_nan_updates:
+            where = self.last_checkpoint or "none was written yet"
+            raise NonFiniteLossError(
+                f"{self.nan_streak} consecutive updates had a NaN/inf loss; stopping. Last good checkpoint: {where}. "
+                "Try a lower --lr or check the rewards.")
+
+    def _run_eval(self) -> dict:
+        cfg = self.cfg
+        record = None
+        if cfg.video_interval and self.update % cfg.video_interval == 0:
+            record = os.path.join(self.run_dir, "videos", f"eval_{self.update:06d}.mp4")
+        ev = self.evaluate(record)
+        lg = self.logger
+        lg.scalar(tags.EVAL_EXTRINSIC, ev["return"], self.update)
+        lg.scalar(tags.EVAL_INTRINSIC, ev["intrinsic"], self.update)
+        lg.scalar("eval/return", ev["return"], self.global_step)
+        lg.scalar("eval/length", ev["length"], self.global_step)
+        lg.scalars("eval", self.spec.episode_metrics(ev["info"]), self.global_step)
+        lg.image(tags.EVAL_FRAMES, ev["strip"], self.update)
+        if self.spec.eval_success(ev["info"]):
+            path = self.save(self.spec.checkpoint_name(cfg, None))
+            tqdm_write(f"level solved by the greedy policy at update {self.update}: saved {path}")
+        return {k: v for k, v in ev.items() if k != "strip"}
+
+    def _progress_text(self, losses) -> str:
+        lg = self.logger.last
+        parts = [f"upd {self.update}/{self.cfg.num_updates}", f"{lg.get(tags.STEPS_PER_SEC, 0):.0f} steps/s"]
+        if self.recent:
+            keys = self.recent[-1].keys()
+            parts += [f"{k} {np.mean([m.get(k, 0) for m in self.recent]):.3g}" for k in keys if k != "length"]
+        if losses:
+            parts.append(f"loss {losses['total']:.3g}")
+        return ", ".join(parts)
+
+    def _final_hparams(self):
+        metrics = [tags.EVAL_EXTRINSIC, "episode/return"] + [f"episode/{k}" for k in self._metric_keys()]
+        self.logger.hparams({k: v for k, v in self.cfg.to_dict().items()}, metrics)
+
+    def _metric_keys(self):
+        return list(self.recent[-1].keys()) if self.recent else []
+
+    def close(self):
+        if self.envs is not None:
+            self.envs.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
+            self._eval_env = None
+        if hasattr(self, "logger"):
+            self.logger.close()
+
+
+def tqdm_write(msg: str) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(msg)
+
+
+def run(spec: GameSpec, argv=None) -> dict:
+    """Entry point used by each game's train.py: parse flags, print the config, train."""
+    import json
+
+    from common.config import parse_config
+
+    cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
+    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    try:
+        trainer = Trainer(spec, cfg)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    return trainer.train()

@@ -1,0 +1,228 @@
+"""Super Mario Bros environment, faithful to the tutorial's ``game_env.py`` (no Paddle).
+
+One ``MarioEnv`` is the tutorial's ``JoypadSpace -> CustomReward -> CustomSkipFrame``
+stack on ``SuperMarioBros-<world>-<stage>-v0``:
+
+* frames: RGB -> gray (cv2) -> 84x84 (cv2 default INTER_LINEAR), see ``process_frame``;
+* skip 4: the action is repeated for 4 emulator frames, rewards summed, the new
+  stack entry is the pixel-wise max of the last two processed frames, and the
+  stack of 4 shifts by one; ``reset`` fills the stack with 4 copies of the frame;
+* reward (``CustomReward``): per emulator frame
+  ``r = env_reward + (score - prev_score) / 40``, plus at the episode's end
+  ``+50 + info["time"]`` if the flag was reached, else ``-50``; then ``r / 10``.
+  The agent-step reward is the sum over the 4 frames.
+
+Deviations from the tutorial (all deliberate):
+
+1. Observations stay ``uint8`` (0..255); the tutorial divides by 255 here. Networks
+   scale to float themselves; a stacked observation is 28 KB instead of 113 KB
+   (float32), which matters when workers pickle them through pipes.
+2. On ``done`` the tutorial's ``CustomSkipFrame`` resets inside the wrapper and returns
+   the *reset* stack as the observation of the terminal step. We return the true
+   terminal stack and leave resetting to the caller (the vector env auto-resets and
+   keeps the terminal observation in ``info``). If the episode ends on the first or
+   second of the 4 frames (before the two max-pooled frames), the new stack entry
+   is that last frame alone.
+3. An unknown ``action_type`` raises ``ValueError`` (the tutorial silently plays
+   COMPLEX_MOVEMENT for any string that is not "right"/"simple").
+4. ``gym_super_mario_bros.make`` is not used: on gym 0.26 it wraps a ``TimeLimit``
+   that expects 5-tuples and breaks on nes-py's 4-tuples. We build
+   ``SuperMarioBrosEnv(rom_mode="vanilla", target=(world, stage))`` (exactly what the
+   ``SuperMarioBros-W-S-v0`` registration passes) and nes-py's ``JoypadSpace``.
+5. Recording uses ``common.video.VideoRecorder`` (libx264 via imageio) instead of a
+   hand-built ``ffmpeg`` pipe; it also records the reset frame.
+
+The emulator is deterministic: ``reset(seed)`` accepts a seed for API symmetry with
+Montezuma but the trajectory depends only on the actions.
+
+Done semantics (gym-super-mario-bros single-stage env): the episode ends when Mario
+starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+
+import cv2
+import numpy as np
+
+OBS_SIZE = 84
+FRAME_SKIP = 4
+STACK = 4
+RECORD_FPS = 60
+INFO_KEYS = ("coins", "flag_get", "life", "score", "stage", "status", "time", "world", "x_pos", "y_pos")
+
+
+def _import_mario():
+    """Import gym-super-mario-bros / nes-py, muting gym 0.26's import-time notice.
+
+    ``import gym`` prints a multi-line "Gym has been unmaintained" notice to stderr
+    (via gym_notices); every env worker would print it. Only that first import's
+    printed text is swallowed; exceptions still propagate.
+    """
+    if "gym" not in sys.modules:
+        with contextlib.redirect_stderr(io.StringIO()):
+            import gym  # noqa: F401
+    import gym_super_mario_bros
+    from gym_super_mario_bros import actions
+    from nes_py.wrappers import JoypadSpace
+
+    return gym_super_mario_bros, actions, JoypadSpace
+
+
+_smb, _actions, _JoypadSpace = _import_mario()
+
+# name -> list of button combinations (the tutorial's three choices)
+ACTION_SETS: dict[str, list] = {
+    "right": _actions.RIGHT_ONLY,
+    "simple": _actions.SIMPLE_MOVEMENT,
+    "complex": _actions.COMPLEX_MOVEMENT,
+}
+
+
+def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
+    """RGB ``[240, 256, 3]`` uint8 -> gray 84x84 uint8 ``[1, 84, 84]``.
+
+    Same operations as the tutorial's ``process_frame`` (``cv2.cvtColor`` RGB2GRAY,
+    ``cv2.resize`` to 84x84 with its default INTER_LINEAR) except the final ``/255``:
+    we keep uint8 and scale to float only inside the networks. ``None`` (the tutorial's
+    guard) gives zeros.
+    """
+    if frame_rgb is None:
+        return np.zeros((1, OBS_SIZE, OBS_SIZE), dtype=np.uint8)
+    # nes-py's screen is a strided (channel-reversed) view into emulator memory.
+    gray = cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2GRAY)
+    return cv2.resize(gray, (OBS_SIZE, OBS_SIZE))[None, :, :]
+
+
+def _plain(v):
+    """numpy scalar -> Python scalar (infos pickle small and compare simply)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def validate_args(world, stage, action_type) -> None:
+    """Raise ``ValueError`` naming the bad value; called before any emulator exists."""
+    if isinstance(world, bool) or not isinstance(world, (int, np.integer)) or not 1 <= world <= 8:
+        raise ValueError(f"world must be an integer 1-8, got {world!r}")
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or not 1 <= stage <= 4:
+        raise ValueError(f"stage must be an integer 1-4, got {stage!r}")
+    if action_type not in ACTION_SETS:
+        raise ValueError(f"action_type must be one of {sorted(ACTION_SETS)}, got {action_type!r}")
+
+
+class MarioEnv:
+    """Tutorial-faithful Super Mario Bros env; obs uint8 ``[4, 84, 84]``.
+
+    ``step(a)`` returns ``(obs, reward, done, info)`` with ``info`` holding the game's
+    fields (x_pos, y_pos, flag_get, score, coins, life, time, world, stage, status)
+    as plain Python values. After ``done`` call ``reset()``.
+    """
+
+    observation_shape = (STACK, OBS_SIZE, OBS_SIZE)
+
+    def __init__(self, world: int = 1, stage: int = 1, action_type: str = "simple", record_path: str | None = None):
+        validate_args(world, stage, action_type)
+        self.world, self.stage, self.action_type = int(world), int(stage), action_type
+        self.actions = ACTION_SETS[action_type]
+        self.num_actions = len(self.actions)
+        self.record_path = record_path
+        self._recorder = None
+        if record_path:
+            from common.video import VideoRecorder
+
+            self._recorder = VideoRecorder(record_path, fps=RECORD_FPS)
+        raw = _smb.SuperMarioBrosEnv(rom_mode="vanilla", target=(self.world, self.stage))
+        self.env = _JoypadSpace(raw, self.actions)
+        self.unwrapped = raw
+        self.states = np.zeros(self.observation_shape, dtype=np.uint8)
+        self.curr_score = 0
+        self._needs_reset = True
+        self._closed = False
+
+    # -- the tutorial's CustomReward, one emulator frame --------------------------------
+    def _frame_step(self, action: int):
+        frame, reward, done, info = self.env.step(action)
+        if self._recorder is not None:
+            self._recorder.add(frame)
+        reward = float(reward) + (info["score"] - self.curr_score) / 40.0
+        self.curr_score = info["score"]
+        if done:
+            if info["flag_get"]:
+                # The seed text (indentation lost) reads, inside `if done:`:
+                #   if info["flag_get"]: reward += 50; reward += info["time"]
+                #   else: reward -= 50
+                # The `else` can only belong to `if info["flag_get"]`, so the time
+                # bonus sits in the flag branch: reaching the flag adds the remaining
+                # game time (e.g. +300 -> +30 after /10).
+                reward += 50
+                reward += info["time"]
+            else:
+                reward -= 50
+        return frame, reward / 10.0, done, info
+
+    # -- the tutorial's CustomSkipFrame ---------------------------------------------------
+    def step(self, action: int):
+        if self._needs_reset:
+            raise RuntimeError("MarioEnv.step called before reset() or after done; call reset() first")
+        action = int(action)
+        if not 0 <= action < self.num_actions:
+            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        total_reward = 0.0
+        last_states = []
+        done, info, frame = False, {}, None
+        for i in range(FRAME_SKIP):
+            frame, reward, done, info = self._frame_step(action)
+            total_reward += reward
+            if i >= FRAME_SKIP - 2:  # the tutorial: `if i >= self.skip / 2` with skip 4
+                last_states.append(process_frame(frame))
+            if done:
+                break
+        if not last_states:  # ended on frame 0 or 1: the terminal frame alone
+            last_states.append(process_frame(frame))
+        self.states[:-1] = self.states[1:]
+        self.states[-1] = np.max(np.concatenate(last_states, 0), 0)
+        if done:
+            self._needs_reset = True
+        info = {k: _plain(v) for k, v in info.items()}
+        return self.states.copy(), float(total_reward), bool(done), info
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Start an episode; ``seed`` is accepted and ignored (deterministic emulator)."""
+        if self._closed:
+            raise RuntimeError("MarioEnv.reset called after close()")
+        frame = self.env.reset()
+        if self._recorder is not None:
+            self._recorder.add(frame)
+        self.curr_score = 0
+        self.states = np.repeat(process_frame(frame), STACK, axis=0)
+        self._needs_reset = False
+        return self.states.copy()
+
+    def close(self) -> None:
+        """Finalize the video (if recording) and release the emulator. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        finally:
+            self.env.close()
+
+    def __enter__(self) -> "MarioEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_env(world: int = 1, stage: int = 1, action_type: str = "simple", record_path: str | None = None) -> MarioEnv:
+    """Picklable module-level factory (for worker processes)."""
+    return MarioEnv(world=world, stage=stage, action_type=action_type, record_path=record_path)

@@ -1,0 +1,48 @@
+"""Curiosity-driven exploration for PaddlePaddle: PPO + RND / SND on Mario and Montezuma.
+
+PaddlePaddle is deliberately *not* a hard requirement: AI Studio and GPU machines
+already have ``paddlepaddle-gpu``, and a plain ``paddlepaddle`` requirement would
+replace it with the CPU build. Following the Paddle ecosystem's convention (PARL,
+PaddleNLP) Paddle is left to the user; the CPU build comes with the ``cpu`` extra,
+and ``common.device`` tells clearly when no Paddle is installed:
+
+    pip install -e ".[cpu]"        # fresh machine, CPU
+    pip install -e .               # Paddle (CPU or GPU build) already installed
+"""
+from setuptools import setup
+
+
+PADDLE_CPU = "paddlepaddle>=2.6,<4"
+
+install_requires = [
+    "numpy>=1.23,<2",  # nes-py 8.2.1 overflows on numpy 2
+    "gym==0.26.2",
+    "nes-py==8.2.1",
+    "gym-super-mario-bros==7.4.0",
+    "ale-py>=0.9,<0.13",  # bundles the Atari ROMs (Montezuma's Revenge included)
+    "gymnasium>=1.0,<2",
+    "opencv-python-headless>=4.5,<4.11",  # 4.11+ needs numpy 2
+    "visualdl==2.5.3",
+    "pandas<3",  # the VisualDL server imports pandas; pandas 3 needs numpy 2
+    "tqdm>=4.60",
+    "imageio>=2.20",
+    "imageio-ffmpeg>=0.4.7",  # ships its own ffmpeg binary for mp4 writing
+    "matplotlib>=3.5",
+    "minigrid>=2.3,<4",
+]
+
+setup(
+    name="paddle-curiosity",
+    version="0.1.0",
+    description="PPO with Random/Self-supervised Network Distillation for Super Mario Bros and Montezuma's Revenge, on PaddlePaddle",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=["common", "common.intrinsic", "mario", "montezuma"],
+    install_requires=install_requires,
+    extras_require={
+        "cpu": [PADDLE_CPU],
+        "gpu": ["paddlepaddle-gpu>=2.6,<4"],
+        "test": ["pytest>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "psutil>=5"],
+    },
+)

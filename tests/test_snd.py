@@ -1,0 +1,257 @@
+"""SND target trainers (common/intrinsic/snd.py), real Paddle on tiny batches."""
+import numpy as np
+import paddle
+import pytest
+
+from common.intrinsic import INTRINSIC_NAMES, make_intrinsic
+from common.intrinsic.augment import snd_v_augment
+from common.intrinsic.networks import ConvFeatureNet
+from common.intrinsic.snd import (SND_VARIANTS, SNDSTD, SNDV, SNDVIC, STDIM_BETA1, STDIM_BETA2,
+                                  contrastive_pairs, infonce_loss, snd_v_terms, stdim_scores,
+                                  stdim_terms, vicreg_terms)
+
+OBS_SHAPE = (4, 84, 84)
+FEAT = 32
+
+
+def make_networks(in_channels, out_dim=FEAT):
+    return (ConvFeatureNet(in_channels, out_dim),
+            ConvFeatureNet(in_channels, out_dim, hidden=(FEAT,)))
+
+
+def frames(n, seed=0):
+    """n distinct uint8[4, 84, 84] frames: random 7x7 blocks of 12 px (structure, not pixel noise)."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, size=(n, 4, 7, 7))
+    return np.repeat(np.repeat(small, 12, axis=2), 12, axis=3).astype(np.uint8)
+
+
+def batch(n=8, seed=0, dones=None):
+    obs = frames(n + 1, seed)
+    return {"obs": obs[:-1], "next_obs": obs[1:],
+            "dones": np.zeros(n, np.float32) if dones is None else np.asarray(dones, np.float32)}
+
+
+def build(name, seed=0, **kw):
+    paddle.seed(seed)
+    mod = make_intrinsic(name, make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.5,
+                         max_grad_norm=0.5, seed=seed, target_lr=kw.pop("target_lr", 1e-3))
+    mod.observe(frames(32, seed=99))
+    return mod
+
+
+def params(layer):
+    return [p.numpy().copy() for p in layer.parameters()]
+
+
+def changed(before, layer):
+    return any(not np.array_equal(a, p.numpy()) for a, p in zip(before, layer.parameters()))
+
+
+def t(a):
+    return paddle.to_tensor(np.asarray(a, np.float32))
+
+
+# ---- loss terms against numpy ------------------------------------------------------
+def test_snd_v_terms_match_numpy():
+    rng = np.random.default_rng(0)
+    za, zb = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
+    tau = np.array([0, 0, 0, 1, 1, 1], np.float32)
+    got = snd_v_terms(t(za), t(zb), t(tau))
+    d = ((za - zb) ** 2).mean(axis=1)
+    np.testing.assert_allclose(float(got["contrastive"]), ((tau - d) ** 2).mean(), rtol=1e-5)
+    assert float(got["magnitude"]) == 0.0  # far below the 200 threshold
+    big = snd_v_terms(t(za * 10), t(zb * 10), t(tau), limit=50.0)
+    mag = (100 * za ** 2).mean() + (100 * zb ** 2).mean() - 50.0
+    assert mag > 0
+    np.testing.assert_allclose(float(big["magnitude"]), mag, rtol=1e-5)
+
+
+def np_vicreg(za, zb, eps=1e-4):
+    n, d = za.shape
+    out = {"invariance": ((za - zb) ** 2).mean(), "variance": 0.0, "covariance": 0.0}
+    for z in (za, zb):
+        std = np.sqrt(z.var(axis=0, ddof=1) + eps)
+        out["variance"] += np.maximum(0, 1 - std).mean()
+        c = np.cov(z, rowvar=False)
+        out["covariance"] += ((c - np.diag(np.diag(c))) ** 2).sum() / d
+    return out
+
+
+def test_vicreg_terms_match_numpy():
+    rng = np.random.default_rng(1)
+    za, zb = 0.5 * rng.normal(size=(7, 4)), 0.5 * rng.normal(size=(7, 4)) + 0.1
+    got, want = vicreg_terms(t(za), t(zb)), np_vicreg(za, zb)
+    for k in want:
+        np.testing.assert_allclose(float(got[k]), want[k], rtol=1e-4, err_msg=k)
+    assert want["variance"] > 0 and want["covariance"] > 0
+
+
+def test_vicreg_variance_zero_when_std_ge_1_positive_when_collapsed():
+    rng = np.random.default_rng(2)
+    wide = 3.0 * rng.normal(size=(16, 4))
+    wide = (wide - wide.mean(0)) / wide.std(0, ddof=1) * np.array([1.0, 1.5, 2.0, 3.0])  # std exactly >= 1
+    assert float(vicreg_terms(t(wide), t(wide))["variance"]) == 0.0
+    same = np.ones((16, 4))
+    collapsed = vicreg_terms(t(same), t(same))
+    # std = sqrt(0 + 1e-4) = 0.01 per dim: relu(1 - 0.01) = 0.99 for each branch
+    np.testing.assert_allclose(float(collapsed["variance"]), 2 * 0.99, rtol=1e-5)
+    assert float(collapsed["invariance"]) == 0.0 and float(collapsed["covariance"]) == 0.0
+
+
+def np_infonce(s):
+    s = s - s.max(axis=-1, keepdims=True)
+    logp = s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
+    return -np.mean([logp[p, i, i] for p in range(s.shape[0]) for i in range(s.shape[1])])
+
+
+def test_infonce_matches_numpy():
+    s = np.random.default_rng(3).normal(size=(3, 5, 5)) * 2
+    np.testing.assert_allclose(float(infonce_loss(t(s))), np_infonce(s), rtol=1e-5)
+    # a perfect classifier (huge diagonal) has ~zero loss, a constant one log(N)
+    assert float(infonce_loss(t(np.eye(5)[None] * 100))) < 1e-6
+    np.testing.assert_allclose(float(infonce_loss(t(np.zeros((2, 5, 5))))), np.log(5), rtol=1e-5)
+
+
+def test_stdim_scores_and_terms_match_numpy():
+    rng = np.random.default_rng(4)
+    n, d, c, h, w = 4, 6, 3, 2, 2
+    g_next, l_t, l_next, z_t = (rng.normal(size=s) for s in ((n, d), (n, c, h, w), (n, c, h, w), (n, d)))
+    paddle.seed(0)
+    gl, ll = paddle.nn.Linear(d, c), paddle.nn.Linear(c, c)
+    for lin in (gl, ll):  # non-zero bias so that it is checked too
+        lin.bias.set_value(t(rng.normal(size=lin.bias.shape)))
+    s_gl, s_ll = stdim_scores(t(g_next), t(l_t), t(l_next), gl, ll)
+    W1, b1, W2, b2 = (p.numpy() for p in (gl.weight, gl.bias, ll.weight, ll.bias))  # paddle: y = x W + b
+    lt = l_t.reshape(n, c, h * w).transpose(2, 0, 1)   # [P, N, C]
+    ln = l_next.reshape(n, c, h * w).transpose(2, 0, 1)
+    want_gl = np.einsum("ic,pjc->pij", g_next @ W1 + b1, lt)
+    want_ll = np.einsum("pic,pjc->pij", ln @ W2 + b2, lt)
+    np.testing.assert_allclose(s_gl.numpy(), want_gl, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(s_ll.numpy(), want_ll, rtol=1e-4, atol=1e-5)
+    terms = stdim_terms(s_gl, s_ll, t(z_t))
+    np.testing.assert_allclose(float(terms["global_local"]), np_infonce(want_gl), rtol=1e-4)
+    np.testing.assert_allclose(float(terms["local_local"]), np_infonce(want_ll), rtol=1e-4)
+    np.testing.assert_allclose(float(terms["std"]), -z_t.std(axis=1, ddof=1).mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(terms["score_sq"]), (want_gl ** 2).mean() + (want_ll ** 2).mean(),
+                               rtol=1e-4)
+
+
+def test_contrastive_pairs():
+    for n in (2, 7, 16):
+        a, b, tau = contrastive_pairs(n, np.random.default_rng(n))
+        assert sorted(a) == list(range(n))
+        assert (tau == 0).sum() == n // 2
+        assert (a[tau == 0] == b[tau == 0]).all() and (a[tau == 1] != b[tau == 1]).all()
+        assert ((0 <= b) & (b < n)).all()
+
+
+# ---- modules -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SND_VARIANTS))
+def test_update_trains_target_and_predictor(name):
+    mod = build(name)
+    assert isinstance(mod, SND_VARIANTS[name]) and mod.name == name
+    tb, pb = params(mod.target), params(mod.predictor)
+    hb = params(mod.heads) if mod.heads is not None else None
+    out = mod.update(batch(8))
+    assert set(out) == {"forward", "snd_target", *(f"snd_target/{k}" for k in mod.TERMS)}
+    assert all(isinstance(v, float) and np.isfinite(v) for v in out.values())
+    assert changed(tb, mod.target), "no gradient reached the SND target"
+    assert changed(pb, mod.predictor)
+    if hb is not None:
+        assert changed(hb, mod.heads)
+    r = mod.reward(frames(5))
+    assert r.shape == (5,) and r.dtype == np.float32 and (r >= 0).all()
+
+
+def test_std_total_is_weighted_sum_of_terms():
+    mod = build("snd-std")
+    out = mod.update(batch(8))
+    want = (out["snd_target/global_local"] + out["snd_target/local_local"]
+            + STDIM_BETA1 * out["snd_target/std"] + STDIM_BETA2 * out["snd_target/score_sq"])
+    np.testing.assert_allclose(out["snd_target"], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["snd-std", "snd-vic"])
+def test_no_consecutive_pairs_skips_target_step(name):
+    mod = build(name)
+    tb, pb = params(mod.target), params(mod.predictor)
+    out = mod.update(batch(6, dones=[1, 1, 1, 1, 1, 0]))  # one valid pair is not enough
+    assert out["snd_target"] == 0.0 and all(out[f"snd_target/{k}"] == 0.0 for k in mod.TERMS)
+    assert not changed(tb, mod.target)
+    assert changed(pb, mod.predictor)
+
+
+def test_rnd_target_never_changes_via_registry():
+    mod = build("rnd")
+    assert all(p.stop_gradient for p in mod.target.parameters())
+    tb, pb = params(mod.target), params(mod.predictor)
+    for s in range(3):
+        out = mod.update(batch(8, seed=s))
+    assert set(out) == {"forward"}
+    assert not changed(tb, mod.target)
+    assert changed(pb, mod.predictor)
+
+
+def test_snd_v_loss_falls_on_fixed_states():
+    paddle.seed(0)
+    target = ConvFeatureNet(1, 16)
+    predictor = ConvFeatureNet(1, 16, hidden=(16,))
+    mod = SNDV(target, predictor, target_lr=1e-3, obs_shape=OBS_SHAPE, input_channels=1, lr=1e-3,
+               update_proportion=0.25, max_grad_norm=0.5, seed=0)
+    obs = frames(16, seed=5)
+    mod.observe(obs)
+    fixed = {"obs": obs, "next_obs": obs, "dones": np.zeros(16, np.float32)}
+    losses = [mod.update(fixed)["snd_target/contrastive"] for _ in range(40)]
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    assert last < 0.5 * first, (first, last)
+    # and the target now tells states apart: two augmentations of one state are
+    # closer than augmentations of two different states (on average)
+    rng = np.random.default_rng(1)
+    x = mod.normalize(obs)
+    with paddle.no_grad():
+        za, zb = mod.target(snd_v_augment(x, rng)).numpy(), mod.target(snd_v_augment(x, rng)).numpy()
+    d = ((za[:, None] - zb[None]) ** 2).mean(-1)
+    same, different = np.diag(d).mean(), d[~np.eye(len(d), dtype=bool)].mean()
+    assert same < 0.7 * different, (same, different)
+
+
+@pytest.mark.parametrize("name", sorted(SND_VARIANTS))
+def test_state_dict_round_trip(name, tmp_path):
+    mod = build(name)
+    mod.update(batch(8, seed=1))  # optimizer moments and rng have moved
+    path = str(tmp_path / "snd.pdparams")
+    paddle.save(mod.state_dict(), path)
+    probe = frames(6, seed=3)
+    r0, u0, r1 = mod.reward(probe), mod.update(batch(8, seed=2)), mod.reward(probe)
+    mod.update(batch(8, seed=4))  # wander off, then restore
+    mod.observe(frames(8, seed=5))
+    state = paddle.load(path)
+    assert state["name"] == name and "target_opt" in state and "predictor_opt" in state
+    mod.set_state_dict(state)
+    np.testing.assert_array_equal(mod.reward(probe), r0)
+    assert mod.update(batch(8, seed=2)) == u0
+    np.testing.assert_array_equal(mod.reward(probe), r1)
+
+
+def test_set_state_dict_rejects_other_module():
+    vic = build("snd-vic")
+    with pytest.raises(ValueError, match="snd-vic"):
+        build("snd-v").set_state_dict(vic.state_dict())
+
+
+def test_registry_builds_each_variant_with_target_lr():
+    for name, cls in SND_VARIANTS.items():
+        mod = build(name, target_lr=3e-4)
+        assert type(mod) is cls
+        assert mod.target_opt.get_lr() == pytest.approx(3e-4)
+        assert mod.predictor_opt.get_lr() == pytest.approx(1e-3)
+    assert {SNDV, SNDSTD, SNDVIC} == set(SND_VARIANTS.values())
+
+
+def test_make_intrinsic_rejects_unknown_names():
+    with pytest.raises(ValueError) as err:
+        make_intrinsic("snd-x", make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25,
+                       max_grad_norm=0.5, seed=0)
+    for name in INTRINSIC_NAMES:
+        assert name in str(err.value)
