@@ -4,6 +4,10 @@ from __future__ import annotations
 
 def require_paddle():
     """Import Paddle, or fail with the install command (Paddle is not a hard dependency, see setup.py)."""
+    import warnings
+
+    # Paddle warns about a missing C++ compiler cache on every import; it only matters for custom ops.
+    warnings.filterwarnings("ignore", message="No ccache found")
     try:
         import paddle  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the machine

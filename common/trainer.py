@@ -34,7 +34,8 @@ from common.checkpoint import (CheckpointError, check_compatible, load_checkpoin
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
-from common.ppo import PPO, obs_to_tensor  # noqa: E402
+from common.play import greedy_episode  # noqa: E402
+from common.ppo import PPO  # noqa: E402
 from common.vec_env import make_vec_env  # noqa: E402
 
 
@@ -224,27 +225,12 @@ class Trainer:
             if self._eval_env is None:
                 self._eval_env = self.spec.env_factory(cfg, None)()
             env = self._eval_env
-        obs = env.reset(seed=cfg.seed + 7919 * (self.update + 1))
-        frames, stacks, ret, steps, repeat, last_action = [], [obs], 0.0, 0, 0, -1
-        info = {}
-        self.policy.eval()
         try:
-            with paddle.no_grad():
-                while steps < cfg.max_eval_steps:
-                    logits, _, _ = self.policy(obs_to_tensor(obs[None]))
-                    action = int(logits.numpy()[0].argmax())
-                    obs, reward, done, info = env.step(action)
-                    ret += reward
-                    steps += 1
-                    stacks.append(obs)
-                    repeat = repeat + 1 if action == last_action else 1
-                    last_action = action
-                    if done or repeat >= cfg.max_actions:
-                        break
+            stacks, ret, steps, info = greedy_episode(self.policy, env, cfg.seed + 7919 * (self.update + 1),
+                                                      cfg.max_actions, cfg.max_eval_steps)
         finally:
             if record_path:
                 env.close()
-        stacks = np.stack(stacks)
         int_reward = float(self.intrinsic.reward(stacks[1:]).sum()) if len(stacks) > 1 else 0.0
         pick = np.linspace(0, len(stacks) - 1, num=min(8, len(stacks))).astype(int)
         strip = np.concatenate([stacks[i, -1] for i in pick], axis=1)  # latest frame of 8 moments, side by side

@@ -498,6 +498,7 @@ class SubprocVecEnv(VecEnv):
         self.start_method = start_method
         self._ranges = _split(self.num_envs, self.num_workers)
         self._broken: str | None = None
+        self._unresponsive: set[int] = set()  # hung workers: close() terminates them at once
         ctx = mp.get_context(start_method)
 
         payloads = []
@@ -520,11 +521,16 @@ class SubprocVecEnv(VecEnv):
                         args=(child_end, w, start, payloads[w], seed,
                               parent_end if start_method == "fork" else None),
                         name=f"VecEnvWorker-{w}", daemon=True)
+                    try:
+                        proc.start()
+                    except BaseException:
+                        parent_end.close()
+                        raise
+                    finally:
+                        child_end.close()
                     self._processes.append(proc)
-                    proc.start()
-                    child_end.close()
-                    self.worker_pids.append(proc.pid)
                     self._conns.append(parent_end)
+                    self.worker_pids.append(proc.pid)
             ready = self._gather(range(self.num_workers), "construction", start_timeout)
             spaces = {(tuple(m[1]), m[2]) for m in ready.values()}
             if len(spaces) > 1:
@@ -565,6 +571,7 @@ class SubprocVecEnv(VecEnv):
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self._unresponsive.update(pending)
                 w = min(pending)
                 start, stop = self._ranges[w]
                 raise self._fail(EnvWorkerError(
@@ -660,8 +667,10 @@ class SubprocVecEnv(VecEnv):
         if self._closed:
             return
         self._closed = True
-        for conn, proc in zip(self._conns, self._processes):
-            if proc.is_alive():
+        for w, (conn, proc) in enumerate(zip(self._conns, self._processes)):
+            if w in self._unresponsive:
+                proc.terminate()
+            elif proc.is_alive():
                 try:
                     conn.send(("close", None))
                 except Exception:

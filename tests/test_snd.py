@@ -172,6 +172,18 @@ def test_std_total_is_weighted_sum_of_terms():
     np.testing.assert_allclose(out["snd_target"], want, rtol=1e-5)
 
 
+def test_std_caps_pairs():
+    paddle.seed(0)
+    target, predictor = make_networks(1)
+    mod = SNDSTD(target, predictor, target_lr=1e-3, obs_shape=OBS_SHAPE, input_channels=1, lr=1e-3,
+                 update_proportion=0.5, max_grad_norm=0.5, seed=0, max_pairs=4)
+    seen = []
+    orig = mod.target.forward_with_map
+    mod.target.forward_with_map = lambda x: (seen.append(x.shape[0]), orig(x))[1]
+    out = mod.update(batch(10))
+    assert seen[0] == 8 and np.isfinite(out["snd_target"])  # 4 pairs -> one pass over 2 * 4 states
+
+
 @pytest.mark.parametrize("name", ["snd-std", "snd-vic"])
 def test_no_consecutive_pairs_skips_target_step(name):
     mod = build(name)

@@ -100,9 +100,8 @@ def infonce_loss(scores: paddle.Tensor) -> paddle.Tensor:
     Returns:
         0-D: mean over p and i of ``-log softmax_j(scores[p, i, :])[i]``.
     """
-    p, n, _ = scores.shape
     logp = F.log_softmax(scores, axis=-1)
-    return -(logp * paddle.eye(n, dtype=scores.dtype)).sum() / (p * n)
+    return -paddle.diagonal(logp, axis1=1, axis2=2).mean()
 
 
 def stdim_scores(global_next: paddle.Tensor, local_t: paddle.Tensor, local_next: paddle.Tensor,
@@ -182,9 +181,11 @@ class _SNDBase(DistillationModule):
 
     TERMS: tuple = ()
 
-    def __init__(self, target: nn.Layer, predictor: nn.Layer, *, target_lr: float, **kwargs):
-        super().__init__(target, predictor, **kwargs)
-        max_grad_norm = kwargs["max_grad_norm"]
+    def __init__(self, target: nn.Layer, predictor: nn.Layer, *, target_lr: float, obs_shape,
+                 input_channels: int, lr: float, update_proportion: float, max_grad_norm: float,
+                 seed: int = 0):
+        super().__init__(target, predictor, obs_shape=obs_shape, input_channels=input_channels, lr=lr,
+                         update_proportion=update_proportion, max_grad_norm=max_grad_norm, seed=seed)
         self.target.train()
         for p in self.target.parameters():
             p.stop_gradient = False
@@ -272,10 +273,20 @@ class SNDSTD(_SNDBase):
     ``heads.global_local`` (Linear(D, C)) and ``heads.local_local`` (Linear(C, C))
     are trained with the target. Loss:
     ``global_local + local_local + beta1 * std + beta2 * score_sq`` (``stdim_terms``).
+
+    The scores are ``[H'*W', N, N]``, quadratic in the number of pairs N, so at most
+    ``max_pairs`` valid pairs (a random subset) enter a target step: 512 is the
+    official code's minibatch and keeps each score tensor near 85 MB for a 9x9 map.
     """
 
     name = "snd-std"
     TERMS = ("global_local", "local_local", "std", "score_sq")
+
+    def __init__(self, target, predictor, *, max_pairs: int = 512, **kwargs):
+        if max_pairs < 2:
+            raise ValueError(f"max_pairs must be >= 2, got {max_pairs}")
+        self.max_pairs = int(max_pairs)
+        super().__init__(target, predictor, **kwargs)
 
     def _make_heads(self):
         # probe the target once for the feature sizes
@@ -295,6 +306,9 @@ class SNDSTD(_SNDBase):
         if pairs is None:
             return None, {}
         obs, next_obs = pairs
+        if len(obs) > self.max_pairs:
+            keep = np.sort(self.rng.choice(len(obs), size=self.max_pairs, replace=False))
+            obs, next_obs = obs[keep], next_obs[keep]
         n = len(obs)
         z, fmap = self.target.forward_with_map(paddle.concat([self.normalize(obs), self.normalize(next_obs)]))
         scores_gl, scores_ll = stdim_scores(z[n:], fmap[:n], fmap[n:],

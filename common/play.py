@@ -1,0 +1,78 @@
+"""Greedy play: the evaluation episode shared by the trainer and the play scripts.
+
+``python mario/play.py --checkpoint runs/.../models/mario_1_1_50.pdparams`` loads a
+checkpoint, plays one greedy episode (argmax of the policy, stopped after
+``--max-actions`` repeats of one action, as in the tutorial's evaluation), writes
+the emulator's RGB frames to an mp4 and prints the result.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+
+def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: int):
+    """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info)."""
+    import paddle
+
+    from common.ppo import obs_to_tensor
+
+    obs = env.reset(seed=seed)
+    stacks, ret, steps, repeat, last_action, info = [obs], 0.0, 0, 0, -1, {}
+    policy.eval()
+    with paddle.no_grad():
+        while steps < max_steps:
+            logits, _, _ = policy(obs_to_tensor(obs[None]))
+            action = int(logits.numpy()[0].argmax())
+            obs, reward, done, info = env.step(action)
+            ret += reward
+            steps += 1
+            stacks.append(obs)
+            repeat = repeat + 1 if action == last_action else 1
+            last_action = action
+            if done or repeat >= max_actions:
+                break
+    return np.stack(stacks), ret, steps, info
+
+
+def play(spec, argv=None) -> dict:
+    """Entry point of each game's play.py."""
+    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from common.device import set_device
+
+    p = argparse.ArgumentParser(description=f"Play {spec.name} greedily from a checkpoint and record an mp4.")
+    p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
+    p.add_argument("--output", default="", help="mp4 path (default: next to the checkpoint, <name>.mp4)")
+    p.add_argument("--max-actions", type=int, default=None, help="stop when one action repeats this often "
+                                                                  "(default: the run's --max-actions)")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on agent steps (default: the run's --max-eval-steps)")
+    p.add_argument("--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the policy runs")
+    args = p.parse_args(argv)
+    for name in ("max_actions", "max_steps"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
+    try:
+        state = load_checkpoint(args.checkpoint)
+        cfg = spec.config_cls.from_dict(state["config"])
+        obs_shape, num_actions = spec.spaces(cfg)
+        set_device(args.device)
+        policy = spec.make_policy(cfg, obs_shape, num_actions)
+        check_compatible(state, spec.name, {"policy": policy.state_dict()}, args.checkpoint)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    policy.set_state_dict(state["policy"])
+    output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
+    env = spec.env_factory(cfg, output)()
+    try:
+        _, ret, steps, info = greedy_episode(policy, env, args.seed, args.max_actions or cfg.max_actions,
+                                             args.max_steps or cfg.max_eval_steps)
+    finally:
+        env.close()
+    result = {"return": float(ret), "steps": steps, "video": output, **spec.episode_metrics(info)}
+    print(f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): " + ", ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()))
+    return result

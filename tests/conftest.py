@@ -1,0 +1,10 @@
+"""Shared fixtures. Tests run on the CPU with the real emulators and real Paddle."""
+import os
+import sys
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+warnings.filterwarnings("ignore", message="No ccache found")

@@ -1,0 +1,78 @@
+"""GAE, returns, minibatches and running statistics against values computed by hand."""
+import numpy as np
+import pytest
+
+from common.buffer import RolloutBuffer, gae
+from common.normalize import RewardForwardFilter, RunningMeanStd
+
+
+def test_gae_episodic_by_hand():
+    # One env, 3 steps, episode ends after step 1 (index 1).
+    r = np.array([[1.0], [2.0], [3.0]], np.float32)
+    v = np.array([[0.5], [1.0], [1.5], [2.0]], np.float32)
+    d = np.array([[0.0], [1.0], [0.0]], np.float32)
+    g, lam = 0.9, 0.8
+    # t=2: delta = 3 + .9*2 - 1.5 = 3.3 ; A2 = 3.3
+    # t=1: done -> delta = 2 - 1 = 1 ; A1 = 1 (no carry over the boundary)
+    # t=0: delta = 1 + .9*1 - .5 = 1.4 ; A0 = 1.4 + .9*.8*1 = 2.12
+    np.testing.assert_allclose(gae(r, v, d, g, lam)[:, 0], [2.12, 1.0, 3.3], rtol=1e-6)
+
+
+def test_gae_non_episodic_ignores_dones():
+    r = np.array([[1.0], [2.0], [3.0]], np.float32)
+    v = np.array([[0.5], [1.0], [1.5], [2.0]], np.float32)
+    g, lam = 0.9, 0.8
+    a2 = 3 + .9 * 2 - 1.5
+    a1 = (2 + .9 * 1.5 - 1) + g * lam * a2
+    a0 = (1 + .9 * 1 - .5) + g * lam * a1
+    np.testing.assert_allclose(gae(r, v, None, g, lam)[:, 0], [a0, a1, a2], rtol=1e-6)
+
+
+def test_buffer_combines_streams_and_pairs_next_obs():
+    T, N = 4, 2
+    buf = RolloutBuffer(T, N, (1, 2, 2))
+    buf.start(np.zeros((N, 1, 2, 2), np.uint8))
+    for t in range(T):
+        done = np.array([t == 1, False], np.float32)
+        infos = [{"final_observation": np.full((1, 2, 2), 200, np.uint8)} if done[0] else {}, {}]
+        buf.add(np.array([t, t]), np.zeros(N), np.zeros(N), np.zeros(N), np.ones(N), done,
+                np.full((N, 1, 2, 2), t + 1, np.uint8), infos)
+    buf.rewards_int[:] = 0.5
+    buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), 0.9, 1.0, 0.99, ext_coef=2.0, int_coef=3.0)
+    np.testing.assert_allclose(buf.advantages, 2 * buf.adv_ext + 3 * buf.adv_int, rtol=1e-6)
+    np.testing.assert_allclose(buf.ret_ext, buf.adv_ext + buf.values_ext[:-1])
+    assert buf.next_obs_for_reward()[1, 0].max() == 200  # the true terminal frame, not the reset frame
+    seen = 0
+    for batch in buf.minibatches(2, np.random.default_rng(0)):
+        assert batch["obs"].dtype == np.uint8 and len(batch["obs"]) == T * N // 2
+        # obs holds t, next_obs t+1 (the value written at step t is t+1)
+        np.testing.assert_array_equal(batch["next_obs"][:, 0, 0, 0], batch["obs"][:, 0, 0, 0] + 1)
+        np.testing.assert_array_equal(batch["actions"], batch["obs"][:, 0, 0, 0])
+        seen += len(batch["actions"])
+    assert seen == T * N
+
+
+def test_running_mean_std_matches_numpy_on_concatenation():
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(3, 2, size=(n, 5)) for n in (7, 100, 1, 33)]
+    rms = RunningMeanStd(shape=(5,), epsilon=1e-12)
+    for c in chunks:
+        rms.update(c)
+    allx = np.concatenate(chunks)
+    np.testing.assert_allclose(rms.mean, allx.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(rms.var, allx.var(0), rtol=1e-9)
+    clone = RunningMeanStd(shape=(5,))
+    clone.set_state_dict(rms.state_dict())
+    np.testing.assert_array_equal(clone.mean, rms.mean)
+    with pytest.raises(ValueError, match="shape"):
+        RunningMeanStd(shape=(4,)).set_state_dict(rms.state_dict())
+
+
+def test_forward_filter_runs_along_time_per_env():
+    rews = np.array([[1.0, 10.0], [0.0, 0.0], [2.0, 1.0]])  # [T=3, N=2]
+    f = RewardForwardFilter(gamma=0.5, num_envs=2)
+    out = f.filter_rollout(rews)
+    np.testing.assert_allclose(out[:, 0], [1.0, 0.5, 2.25])
+    np.testing.assert_allclose(out[:, 1], [10.0, 5.0, 3.5])
+    # continues across rollouts (RND keeps the accumulator)
+    np.testing.assert_allclose(f.update(np.array([0.0, 0.0])), [1.125, 1.75])
