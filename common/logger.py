@@ -76,9 +76,26 @@ class Logger:
         self.writer.add_image(tag=tag, img=img, step=int(step), dataformats="HWC")
 
     def embeddings(self, tag: str, mat: np.ndarray, metadata: list, header: list | None = None) -> None:
-        """``mat`` float[B, D] with one metadata row (list of str) per sample."""
-        kw = {"metadata_header": header} if header else {}
-        self.writer.add_embeddings(tag=tag, mat=np.asarray(mat, np.float32).tolist(), metadata=metadata, **kw)
+        """``mat`` float[B, D]; ``metadata`` one row per sample (a list of str, one per ``header``
+        column, or a plain str); ``header`` names the columns.
+
+        VisualDL 2.5.3 wants multi-column metadata column-major (``[columns][samples]``):
+        given row-major rows it would record one embedding per column. A tag keeps only its
+        first record in VisualDL's high-dimensional view, so log each snapshot under its own tag.
+        """
+        mat = np.asarray(mat, np.float32)
+        rows = [[str(v) for v in m] if isinstance(m, (list, tuple)) else [str(m)] for m in metadata]
+        if len(rows) != len(mat):
+            raise ValueError(f"embeddings {tag!r}: {len(mat)} vectors but {len(rows)} metadata rows")
+        if not header:
+            header = [f"label_{i}" for i in range(len(rows[0]))] if rows and len(rows[0]) > 1 else []
+        if header:
+            columns = [list(c) for c in zip(*rows)]
+            if len(columns) != len(header):
+                raise ValueError(f"embeddings {tag!r}: header {header} but {len(columns)} metadata columns")
+            self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=columns, metadata_header=list(header))
+        else:
+            self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=[r[0] for r in rows])
 
     def hparams(self, hparams: dict, metrics: list) -> None:
         # VisualDL's protobuf rejects bools as ints: record them as strings.

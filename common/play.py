@@ -13,14 +13,25 @@ import os
 import numpy as np
 
 
-def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: int):
-    """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info)."""
+def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: int, rgb_frames: list | None = None):
+    """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info).
+
+    With ``rgb_frames`` (a list) and an env that has ``rgb_frame()``, the list receives
+    ``(step, uint8[H, W, 3])`` screens spread evenly over the episode, at most
+    ``2 * RGB_KEEP`` of them plus the final screen: every ``stride``-th step is copied
+    and, when the list is full, every other one is dropped and the stride doubles.
+    That costs one screen copy per stride, whatever the episode's length.
+    """
     import paddle
 
     from common.ppo import obs_to_tensor
 
     obs = env.reset(seed=seed)
     stacks, ret, steps, repeat, last_action, info = [obs], 0.0, 0, 0, -1, {}
+    grab = getattr(env, "rgb_frame", None) if rgb_frames is not None else None
+    stride = 1
+    if grab is not None:
+        rgb_frames.append((0, grab()))
     policy.eval()
     with paddle.no_grad():
         while steps < max_steps:
@@ -34,7 +45,36 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
             last_action = action
             if done or repeat >= max_actions:
                 break
+            if grab is not None and steps % stride == 0:
+                rgb_frames.append((steps, grab()))
+                if len(rgb_frames) >= 2 * RGB_KEEP:
+                    rgb_frames[:] = rgb_frames[::2]
+                    stride *= 2
+    if grab is not None and rgb_frames[-1][0] != steps:
+        rgb_frames.append((steps, grab()))
     return np.stack(stacks), ret, steps, info
+
+
+RGB_KEEP = 8  # screens shown in the eval/frames strip
+
+
+def frame_strip(stacks: np.ndarray, rgb_frames: list | None = None, num: int = RGB_KEEP,
+                max_height: int = 160) -> np.ndarray:
+    """``num`` moments of an episode side by side, uint8 ``[H, num * W, 3]`` (or gray ``[84, num * 84]``).
+
+    Uses the emulator's RGB screens from ``greedy_episode(..., rgb_frames=...)`` when there
+    are any (halved while taller than ``max_height``: NES 240x256 -> 120x128), else the
+    latest gray 84x84 frame of evenly spaced observation stacks.
+    """
+    if rgb_frames:
+        pick = np.linspace(0, len(rgb_frames) - 1, num=min(num, len(rgb_frames))).round().astype(int)
+        frames = [rgb_frames[i][1] for i in pick]
+        while frames[0].shape[0] > max_height:
+            frames = [f[::2, ::2] for f in frames]
+        gap = np.full((frames[0].shape[0], 2, 3), 255, np.uint8)  # a thin white line between moments
+        return np.concatenate([x for f in frames for x in (f, gap)][:-1], axis=1)
+    pick = np.linspace(0, len(stacks) - 1, num=min(num, len(stacks))).astype(int)
+    return np.concatenate([stacks[i, -1] for i in pick], axis=1)
 
 
 def play(spec, argv=None) -> dict:

@@ -34,7 +34,7 @@ from common.checkpoint import (CheckpointError, check_compatible, load_checkpoin
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
-from common.play import greedy_episode  # noqa: E402
+from common.play import frame_strip, greedy_episode  # noqa: E402
 from common.ppo import PPO  # noqa: E402
 from common.vec_env import make_vec_env  # noqa: E402
 
@@ -225,15 +225,15 @@ class Trainer:
             if self._eval_env is None:
                 self._eval_env = self.spec.env_factory(cfg, None)()
             env = self._eval_env
+        rgb = []  # a few RGB screens of the episode, for the eval/frames strip
         try:
             stacks, ret, steps, info = greedy_episode(self.policy, env, cfg.seed + 7919 * (self.update + 1),
-                                                      cfg.max_actions, cfg.max_eval_steps)
+                                                      cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb)
         finally:
             if record_path:
                 env.close()
         int_reward = float(self.intrinsic.reward(stacks[1:]).sum()) if len(stacks) > 1 else 0.0
-        pick = np.linspace(0, len(stacks) - 1, num=min(8, len(stacks))).astype(int)
-        strip = np.concatenate([stacks[i, -1] for i in pick], axis=1)  # latest frame of 8 moments, side by side
+        strip = frame_strip(stacks, rgb)  # 8 moments of the episode side by side (RGB screens when the env has them)
         return {"return": ret, "length": steps, "intrinsic": int_reward, "info": info, "strip": strip,
                 "video": record_path}
 
@@ -266,18 +266,20 @@ class Trainer:
             lg.histogram(tags.HIST_ADVANTAGE, buf.advantages, step)
 
     def _log_embeddings(self):
-        """Target features of up to 256 of this rollout's states, labelled by the game (x_pos, room, ...)."""
+        """Target features of up to 256 of this rollout's states, labelled by the game (x_pos, room, ...).
+
+        One tag per snapshot (``intrinsic/target_features/update_000050``): VisualDL 2.5.3
+        shows only the first record of an embedding tag.
+        """
         keys = list(self.embedding_meta)
         if self.cfg.intrinsic == "none" or not keys:
             return
         pick = self.rng.choice(len(keys), size=min(256, len(keys)), replace=False)
-        obs = np.stack([self.buffer.obs[keys[k][0] + 1, keys[k][1]] for k in pick])
+        buf = self.buffer  # s_{t+1} of step t; the true terminal frame where the episode ended (the info's state)
+        obs = np.stack([buf.terminal_obs.get(keys[k], buf.obs[keys[k][0] + 1, keys[k][1]]) for k in pick])
         meta = [self.embedding_meta[keys[k]] for k in pick]
-        header = list(self.spec.embedding_header)
-        if len(header) > 1:
-            self.logger.embeddings(tags.EMBEDDING, self.intrinsic.features(obs), meta, header)
-        else:
-            self.logger.embeddings(tags.EMBEDDING, self.intrinsic.features(obs), [m[0] for m in meta])
+        self.logger.embeddings(f"{tags.EMBEDDING}/update_{self.update:06d}", self.intrinsic.features(obs), meta,
+                               list(self.spec.embedding_header))
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
@@ -377,7 +379,9 @@ class Trainer:
         return ", ".join(parts)
 
     def _final_hparams(self):
-        metrics = [tags.EVAL_EXTRINSIC, "episode/return"] + [f"episode/{k}" for k in self._metric_keys()]
+        metrics = [tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, "eval/return", "episode/return"]
+        keys = [*self._metric_keys(), *self.spec.episode_metrics({})]  # the game's metrics even if no episode ended
+        metrics = list(dict.fromkeys(metrics + [f"{p}/{k}" for p in ("eval", "episode") for k in keys]))
         self.logger.hparams({k: v for k, v in self.cfg.to_dict().items()}, metrics)
 
     def _metric_keys(self):

@@ -561,6 +561,14 @@ class SubprocVecEnv(VecEnv):
         self._broken = str(exc).splitlines()[0]
         return exc
 
+    def _dead(self, w: int, phase: str) -> EnvWorkerError:
+        proc = self._processes[w]
+        proc.join(timeout=1.0)
+        start, stop = self._ranges[w]
+        return self._fail(EnvWorkerError(
+            f"Worker {w} ({self._where(w)}) died during {phase}: {_describe_exitcode(proc.exitcode)}",
+            start if stop - start == 1 else None, "", w))
+
     def _gather(self, workers: Iterable[int], phase: str, timeout: float | None = None) -> dict[int, tuple]:
         """Receive one message from each worker; raise EnvWorkerError on an env error,
         a dead worker or a timeout. Waits on pipes and process sentinels together."""
@@ -580,32 +588,22 @@ class SubprocVecEnv(VecEnv):
             by_conn = {self._conns[w]: w for w in pending}
             by_sentinel = {self._processes[w].sentinel: w for w in pending}
             ready = mp.connection.wait(list(by_conn) + list(by_sentinel), timeout=remaining)
-            dead = []
-            for obj in ready:
-                if obj in by_conn:
-                    w = by_conn[obj]
-                    try:
-                        msg = obj.recv()
-                    except (EOFError, OSError):
-                        dead.append(w)
-                        continue
-                    if msg[0] == "error":
-                        _, env_index, what, tb = msg
-                        raise self._fail(EnvWorkerError(
-                            _failure_message(env_index, what, self._where(w), tb), env_index, tb, w))
-                    results[w] = msg
-                    pending.discard(w)
-                else:
-                    dead.append(by_sentinel[obj])
-            for w in dead:
-                if w in pending and not self._conns[w].poll(0):
-                    proc = self._processes[w]
-                    proc.join(timeout=1.0)
-                    start, stop = self._ranges[w]
+            for w in sorted({by_conn[o] if o in by_conn else by_sentinel[o] for o in ready}):
+                conn = self._conns[w]
+                try:
+                    if not conn.poll(0):  # poll is also True at EOF; recv() then raises
+                        if self._processes[w].is_alive():
+                            continue  # spurious wake-up
+                        raise EOFError
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    raise self._dead(w, phase) from None
+                if msg[0] == "error":
+                    _, env_index, what, tb = msg
                     raise self._fail(EnvWorkerError(
-                        f"Worker {w} ({self._where(w)}) died during {phase}: "
-                        f"{_describe_exitcode(proc.exitcode)}",
-                        start if stop - start == 1 else None, "", w))
+                        _failure_message(env_index, what, self._where(w), tb), env_index, tb, w))
+                results[w] = msg
+                pending.discard(w)
         return results
 
     def _guard(self) -> None:

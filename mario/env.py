@@ -205,6 +205,10 @@ class MarioEnv:
         self._needs_reset = False
         return self.states.copy()
 
+    def rgb_frame(self) -> np.ndarray:
+        """The emulator's current screen, uint8 ``[240, 256, 3]`` RGB (a copy; for eval image strips)."""
+        return np.array(self.unwrapped.screen, dtype=np.uint8, order="C")  # copies: screen is a live view
+
     def close(self) -> None:
         """Finalize the video (if recording) and release the emulator. Idempotent."""
         if self._closed:

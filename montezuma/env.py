@@ -215,6 +215,10 @@ class MontezumaEnv:
             self._needs_reset = True
         return self.states.copy(), float(reward), bool(done), self._info(truncated)
 
+    def rgb_frame(self) -> np.ndarray:
+        """The emulator's current screen, uint8 ``[210, 160, 3]`` RGB (a copy; for eval image strips)."""
+        return self.ale.getScreenRGB()
+
     def close(self) -> None:
         """Finalize the video (if recording). Idempotent."""
         if self._closed:

@@ -8,3 +8,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 warnings.filterwarnings("ignore", message="No ccache found")
+
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from short_runs import mario_run, montezuma_run  # noqa: E402,F401  session fixtures: tiny real training runs

@@ -30,6 +30,7 @@ import paddle.nn.functional as F
 
 from common.intrinsic.augment import snd_v_augment
 from common.intrinsic.networks import param_attrs
+from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.rnd import DistillationModule
 
 # SND-V: the magnitude regularizer only acts above this mean squared feature size
@@ -224,14 +225,14 @@ class _SNDBase(DistillationModule):
 
     def state_dict(self) -> dict:
         state = super().state_dict()
-        state["target_opt"] = self.target_opt.state_dict()
+        state["target_opt"] = optimizer_state(self.target_opt)
         if self.heads is not None:
             state["heads"] = self.heads.state_dict()
         return state
 
     def set_state_dict(self, state: dict) -> None:
         super().set_state_dict(state)  # checks the module name first
-        self.target_opt.set_state_dict(state["target_opt"])
+        set_optimizer_state(self.target_opt, state["target_opt"])
         if self.heads is not None:
             self.heads.set_state_dict(state["heads"])
 

@@ -1,0 +1,151 @@
+"""MiniGrid hard-exploration tasks behind the project's env contract (no Paddle).
+
+Why the folder is called ``gridworld`` and not ``minigrid``: with the repository
+root on ``sys.path`` (``python gridworld/train.py`` from a checkout, pytest's
+rootdir), a top-level package named ``minigrid`` would shadow the installed
+``minigrid`` library and ``import minigrid`` would find this folder instead.
+
+Observation: MiniGrid's egocentric 7x7 partial view in its *symbolic* encoding
+(``obs["image"]``: per cell object index 0-10, colour index 0-5, state 0-2), as
+uint8 ``[3, 7, 7]`` channels-first, rows top (far) to bottom (the agent's row; the
+agent sits at the bottom centre, facing up). The object it carries is drawn in its
+own cell (MiniGrid's ``gen_obs`` does that), so "has the key" is visible. The
+mission string and the direction are not used. The values are *category codes*,
+not intensities: the trainer scales uint8 by 1/255, and ``gridworld.model`` undoes
+that and one-hot encodes the codes (``CHANNEL_SIZES``).
+
+Actions: MiniGrid's 7 (left, right, forward, pickup, drop, toggle, done). ``done``
+does nothing in these tasks and ``drop`` only matters in KeyCorridor; we keep the
+full set so every task uses the same policy head (standard in the literature).
+
+Reward: MiniGrid's own, ``1 - 0.9 * steps / max_steps`` on success, else 0;
+episodes end on success or at the task's ``max_steps`` (time limit, also ``done``).
+``info``: ``success`` (bool, the episode ended with reward > 0), ``steps``,
+``truncated``, ``carrying`` (object name or ""), ``agent_pos`` (x, y).
+
+Seeding: ``reset(seed)`` seeds MiniGrid's layout generator; later ``reset()``
+continues its RNG, so a vector env seeded with ``seed + i`` repeats exactly.
+
+Recording: with ``record_path`` the env renders MiniGrid's full-grid RGB view
+(``render_mode="rgb_array"``, the agent's view highlighted) into an mp4 through
+``common.video.VideoRecorder``; only recording envs pay for rendering.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+VIEW = 7
+CHANNELS = 3
+RECORD_FPS = 8
+ACTION_NAMES = ("left", "right", "forward", "pickup", "drop", "toggle", "done")
+
+#: number of categories of each symbolic channel (object, colour, state); from minigrid.core.constants
+CHANNEL_SIZES = (11, 6, 3)
+
+#: tasks this project has tried (any registered MiniGrid id works; these are the examples in errors)
+EXAMPLE_IDS = (
+    "MiniGrid-Empty-5x5-v0",
+    "MiniGrid-DoorKey-5x5-v0",
+    "MiniGrid-DoorKey-6x6-v0",
+    "MiniGrid-DoorKey-8x8-v0",
+    "MiniGrid-MultiRoom-N2-S4-v0",
+    "MiniGrid-KeyCorridorS3R1-v0",
+    "MiniGrid-KeyCorridorS3R2-v0",
+)
+
+
+def _gym():
+    import gymnasium
+    import minigrid  # noqa: F401  (registers the MiniGrid-* ids)
+
+    return gymnasium
+
+
+def validate_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` for an id that is not a registered MiniGrid task (lists examples)."""
+    gym = _gym()
+    if not isinstance(env_id, str) or not env_id.startswith("MiniGrid-") or env_id not in gym.registry:
+        raise ValueError(f"unknown MiniGrid env id {env_id!r}; examples: {', '.join(EXAMPLE_IDS)} "
+                         "(any registered 'MiniGrid-*' id works)")
+
+
+class GridEnv:
+    """One MiniGrid task; obs uint8 ``[3, 7, 7]``, ``step(a) -> (obs, reward, done, info)``."""
+
+    observation_shape = (CHANNELS, VIEW, VIEW)
+    num_actions = len(ACTION_NAMES)
+
+    def __init__(self, env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None):
+        validate_env_id(env_id)
+        self.env_id = env_id
+        self.record_path = record_path
+        self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
+        self.unwrapped = self.env.unwrapped
+        if self.unwrapped.agent_view_size != VIEW:
+            raise ValueError(f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
+                             f"view; this wrapper expects {VIEW}x{VIEW}")
+        self._recorder = None
+        if record_path:
+            from common.video import VideoRecorder
+
+            self._recorder = VideoRecorder(record_path, fps=RECORD_FPS)
+        self._needs_reset = True
+        self._closed = False
+
+    @staticmethod
+    def _obs(raw: dict) -> np.ndarray:
+        # MiniGrid's image is indexed [x, y, channel]; make it [channel, y, x] (an upright picture)
+        return np.ascontiguousarray(np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0))
+
+    def _record(self):
+        if self._recorder is not None:
+            self._recorder.add(self.env.render())
+
+    def _info(self, reward: float, terminated: bool, truncated: bool) -> dict:
+        u = self.unwrapped
+        return {"success": bool(terminated and reward > 0), "steps": int(u.step_count),
+                "truncated": bool(truncated and not terminated),
+                "carrying": u.carrying.type if u.carrying is not None else "",
+                "agent_pos": (int(u.agent_pos[0]), int(u.agent_pos[1]))}
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        if self._closed:
+            raise RuntimeError("GridEnv.reset called after close()")
+        raw, _ = self.env.reset(seed=None if seed is None else int(seed))
+        self._needs_reset = False
+        self._record()
+        return self._obs(raw)
+
+    def step(self, action: int):
+        if self._needs_reset:
+            raise RuntimeError("GridEnv.step called before reset() or after done; call reset() first")
+        action = int(action)
+        if not 0 <= action < self.num_actions:
+            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        raw, reward, terminated, truncated, _ = self.env.step(action)
+        done = bool(terminated or truncated)
+        self._needs_reset = done
+        self._record()
+        return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated)
+
+    def close(self) -> None:
+        """Finalize the video (if recording) and release the env. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        finally:
+            self.env.close()
+
+    def __enter__(self) -> "GridEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_env(env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None) -> GridEnv:
+    """Picklable module-level factory (for worker processes)."""
+    return GridEnv(env_id=env_id, record_path=record_path)

@@ -1,0 +1,116 @@
+"""The shared trainer on the real Mario emulator: resume, seeds, NaN guard, bad checkpoints, bad flags."""
+import dataclasses
+import warnings
+
+import numpy as np
+import paddle
+import pytest
+
+from common.checkpoint import CheckpointError, load_checkpoint
+from common.config import parse_config
+from common.trainer import NonFiniteLossError, Trainer
+from mario.train import SPEC as MARIO, MarioConfig
+from montezuma.train import SPEC as MONTEZUMA, MontezumaConfig
+
+
+def tiny(tmp_path, **kw):
+    base = dict(world=1, stage=1, num_processes=2, num_workers=-1, num_local_steps=16, batch_size=2, num_epochs=1,
+                num_global_steps=32, obs_norm_steps=2, eval_interval=0, video_interval=0, save_interval=1,
+                histogram_interval=0, embedding_interval=0, log_path=str(tmp_path), run_name="a")
+    base.update(kw)
+    return MarioConfig(**base)
+
+
+def params(layer):
+    return [p.numpy().copy() for p in layer.parameters()]
+
+
+def fill_fixed_rollout(trainer, seed=123):
+    """Identical synthetic rollout content for two trainers (the envs of a resumed run start afresh)."""
+    rng = np.random.default_rng(seed)
+    buf = trainer.buffer
+    buf.obs[:] = rng.integers(0, 255, size=buf.obs.shape, dtype=np.uint8)
+    buf.actions[:] = rng.integers(0, trainer.num_actions, size=buf.actions.shape)
+    buf.log_probs[:] = -np.log(trainer.num_actions)
+    buf.rewards_ext[:] = rng.normal(size=buf.rewards_ext.shape)
+    buf.dones[:] = 0
+    buf.values_ext[:] = rng.normal(size=buf.values_ext.shape)
+    buf.values_int[:] = rng.normal(size=buf.values_int.shape)
+    buf.terminal_obs = {}
+    trainer.intrinsic_rewards()
+    buf.compute_returns_and_advantages(np.zeros(2), np.zeros(2), 0.9, 1.0, 0.99, 1.0, 0.5)
+
+
+def test_resume_gives_the_same_next_update_as_an_uninterrupted_run(tmp_path):
+    a = Trainer(MARIO, tiny(tmp_path, num_global_steps=64))
+    result = a.train()
+    assert result["update"] == 2 and result["checkpoint"].endswith("mario_1_1_2.pdparams")
+    b = Trainer(MARIO, tiny(tmp_path, run_name="b", resume=result["checkpoint"]))
+    assert (b.update, b.global_step) == (2, 64)
+    for t in (a, b):
+        fill_fixed_rollout(t)
+        t.learn()
+    for pa, pb in zip(params(a.policy) + params(a.intrinsic.predictor),
+                      params(b.policy) + params(b.intrinsic.predictor)):
+        np.testing.assert_array_equal(pa, pb)
+    np.testing.assert_array_equal(a.buffer.rewards_int, b.buffer.rewards_int)  # normalizers and filter restored
+    b.close()
+
+
+def test_same_seed_repeats_exactly(tmp_path):
+    runs = []
+    for name in ("s1", "s2"):
+        t = Trainer(MARIO, tiny(tmp_path, run_name=name, num_global_steps=16, save_interval=0))
+        t.train()
+        runs.append(params(t.policy) + params(t.intrinsic.predictor))
+    for pa, pb in zip(*runs):
+        np.testing.assert_array_equal(pa, pb)
+
+
+def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path):
+    t = Trainer(MARIO, tiny(tmp_path, num_global_steps=160, max_nan_updates=2, save_interval=0))
+    w = t.policy.actor.weight
+    w.set_value(paddle.full(w.shape, float("nan")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(NonFiniteLossError, match="2 consecutive updates.*Last good checkpoint"):
+            t.train()
+    assert sum("non-finite loss" in str(c.message) for c in caught) == 2
+    assert t.nan_total == 2
+
+
+def test_checkpoints_from_another_game_or_network_are_refused(tmp_path):
+    ckpt = Trainer(MARIO, tiny(tmp_path, num_global_steps=16)).train()["checkpoint"]
+    with pytest.raises(CheckpointError, match="game 'mario'; this is 'montezuma'"):
+        Trainer(MONTEZUMA, MontezumaConfig(num_processes=2, num_workers=-1, log_path=str(tmp_path), resume=ckpt))
+    with pytest.raises(CheckpointError, match="network does not match"):
+        Trainer(MARIO, tiny(tmp_path, run_name="c", action_type="complex", resume=ckpt))
+    with pytest.raises(CheckpointError, match="intrinsic_name"):
+        Trainer(MARIO, tiny(tmp_path, run_name="d", intrinsic="snd-v", resume=ckpt))
+    state = load_checkpoint(ckpt)
+    assert {"policy", "optimizer", "intrinsic", "int_filter", "int_rms", "rng", "config", "update"} <= set(state)
+    assert {"obs_rms", "predictor_opt", "target", "predictor"} <= set(state["intrinsic"])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--num-global-steps", "-5"], "--num-global-steps -5 is invalid"),
+    (["--world", "9"], "invalid choice: 9"),
+    (["--stage", "0"], "invalid choice: 0"),
+    (["--action-type", "jump"], "invalid choice: 'jump'"),
+    (["--intrinsic", "icm"], "invalid choice: 'icm'"),
+    (["--update-proportion", "0"], "--update-proportion 0.0 is invalid"),
+    (["--num-local-steps", "10", "--num-processes", "3", "--batch-size", "4"], "a divisor of"),
+])
+def test_bad_flags_are_rejected_with_the_value_and_what_is_accepted(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_config(MarioConfig, argv)
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_config_fields_all_have_help_and_round_trip():
+    for cls in (MarioConfig, MontezumaConfig):
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+        cfg = parse_config(cls, ["--seed", "7"])
+        assert cls.from_dict(cfg.to_dict()) == cfg
