@@ -36,5 +36,7 @@ class GameSpec:
     #: info -> list of str metadata for the embedding view, with its header
     embedding_metadata: Callable = lambda info: []
     embedding_header: list = field(default_factory=list)
-    #: cfg -> one-line summary of the greedy eval result, for the console
-    describe_eval: Callable = lambda info: ""
+    #: info of a finished episode -> the places it visited (Montezuma: rooms); the trainer logs
+    #: how many distinct ones the whole run has seen as charts/<visited_name>_visited_total
+    visited: Callable | None = None
+    visited_name: str = "places"

@@ -78,6 +78,7 @@ class Trainer:
         self.last_checkpoint = ""
         self.saved_update = -1
         self.recent = collections.deque(maxlen=20)   # recent finished training episodes (metrics dicts)
+        self.visited: set = set()                    # e.g. every Montezuma room any episode of the run reached
         self._stop_signal = None
         self._eval_env = None
         if cfg.resume:
@@ -114,6 +115,7 @@ class Trainer:
             "rng": self.rng.bit_generator.state,
             "obs_norm_ready": self.obs_norm_ready,
             "nan_total": self.nan_total,
+            "visited": sorted(self.visited),
         }
 
     def load(self, path: str) -> None:
@@ -133,6 +135,7 @@ class Trainer:
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nan_total = int(state.get("nan_total", 0))
+        self.visited = set(state.get("visited", []))
 
     def save(self, name: str | None = None) -> str:
         path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.update))
@@ -261,6 +264,10 @@ class Trainer:
             metrics = {"return": ep.get("r", 0.0), "length": ep.get("l", 0), **self.spec.episode_metrics(info)}
             self.recent.append(metrics)
             lg.scalars("episode", metrics, step)
+            if self.spec.visited is not None:
+                self.visited.update(self.spec.visited(info))
+        if self.spec.visited is not None:
+            lg.scalar(f"charts/{self.spec.visited_name}_visited_total", len(self.visited), step)
         if cfg.histogram_interval and self.update % cfg.histogram_interval == 0:
             lg.histogram(tags.HIST_INT_REWARD, buf.rewards_int, step)
             lg.histogram(tags.HIST_ADVANTAGE, buf.advantages, step)

@@ -94,6 +94,8 @@ SPEC = GameSpec(
     episode_metrics=episode_metrics,
     embedding_metadata=lambda info: [str(info.get("room", -1))],
     embedding_header=["room"],
+    visited=lambda info: info.get("rooms", ()),
+    visited_name="rooms",
 )
 
 

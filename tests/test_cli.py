@@ -25,7 +25,7 @@ GAMES = {
     "mario": ["--world", "1", "--stage", "1", "--num-processes", "2", "--num-local-steps", "64", "--batch-size", "4",
               "--num-epochs", "1", "--num-global-steps", "256", "--obs-norm-steps", "4", "--max-eval-steps", "100"],
     "montezuma": ["--num-envs", "8", "--num-local-steps", "16", "--num-global-steps", "256", "--obs-norm-steps", "4",
-                  "--max-eval-steps", "100", "--eval-interval", "1"],
+                  "--max-eval-steps", "100", "--eval-interval", "1", "--max-episode-steps", "20"],
 }
 
 
@@ -40,6 +40,10 @@ def test_train_writes_logs_config_checkpoint_and_play_loads_it(game, tmp_path):
     assert glob.glob(str(run / "vdlrecords.*.log"))
     tags = {json.loads(line)["tag"] for line in (run / "metrics.jsonl").read_text().splitlines()}
     assert {"Training Reward", "Total loss", "Forward loss", "Eval Extrinsic reward", "Eval Intrinsic reward"} <= tags
+    if game == "montezuma":  # rooms per episode and over the whole run
+        assert {"episode/rooms", "charts/rooms_visited_total"} <= tags
+    else:
+        assert {"episode/x_pos", "episode/flag"} <= tags
     assert os.path.getsize(run / "videos" / "eval_000002.mp4") > 0
     ckpts = sorted(glob.glob(str(run / "models" / "*.pdparams")))
     assert ckpts, "no checkpoint written"
