@@ -7,6 +7,7 @@ envs). Start-up time (spawning workers and building the envs) is reported apart.
 
     python benchmarks/env_throughput.py                       # both games, defaults (~2-3 min on 2 cores)
     python benchmarks/env_throughput.py --games montezuma --steps 20000 --transport both
+    python benchmarks/env_throughput.py --games noop --transport both   # the vector env's own cost
 
 ``--transport both`` also times each subprocess layout with observations pickled
 through pipes instead of shared memory. The last lines compare 2 workers x 16 envs
@@ -46,8 +47,39 @@ CONFIGS = {
         ("2x16", "subproc", 2, 16),
         ("32x1", "subproc", 32, 1),
     ],
+    # a do-nothing env: what the vector env itself costs (IPC, pickling, copies)
+    "noop": [
+        ("raw env", "raw", 0, 1),
+        ("in-process 32", "inproc", 0, 32),
+        ("1x1", "subproc", 1, 1),
+        ("2x16", "subproc", 2, 16),
+        ("32x1", "subproc", 32, 1),
+        ("2x64", "subproc", 2, 64),
+    ],
 }
-DEFAULT_STEPS = {"mario": 1500, "montezuma": 8000}
+DEFAULT_STEPS = {"mario": 1500, "montezuma": 8000, "noop": 50000}
+
+
+class NoopEnv:
+    """Returns the same uint8 [4, 84, 84] frame; episodes of 1000 steps."""
+
+    observation_shape = (4, 84, 84)
+    num_actions = 18
+
+    def __init__(self):
+        self.obs = np.full(self.observation_shape, 7, dtype=np.uint8)
+        self.t = 0
+
+    def reset(self, seed=None):
+        self.t = 0
+        return self.obs.copy()
+
+    def step(self, action):
+        self.t += 1
+        return self.obs.copy(), 0.0, self.t >= 1000, {"t": self.t}
+
+    def close(self):
+        pass
 
 
 def env_factory(game: str):
@@ -59,6 +91,8 @@ def env_factory(game: str):
         from montezuma.env import make_env
 
         return functools.partial(make_env)
+    if game == "noop":
+        return NoopEnv
     raise ValueError(game)
 
 
@@ -104,10 +138,11 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--games", nargs="+", choices=sorted(CONFIGS), default=["mario", "montezuma"],
-                        help="games to measure (default: both)")
+                        help="games to measure (default: mario montezuma); 'noop' is a do-nothing env "
+                             "that measures the vector env's own overhead")
     parser.add_argument("--steps", type=int, default=None,
                         help="agent steps timed per configuration, over all its envs "
-                             f"(default: {DEFAULT_STEPS})")
+                             "(default: mario 1500, montezuma 8000)")
     parser.add_argument("--warmup", type=float, default=0.1,
                         help="untimed warm-up, as a fraction of --steps (default: 0.1)")
     parser.add_argument("--transport", choices=["shm", "pipe", "both"], default="shm",
@@ -121,7 +156,8 @@ def main(argv=None) -> int:
 
     transports = ["shm", "pipe"] if args.transport == "both" else [args.transport]
     rng = np.random.default_rng(0)
-    print(f"cpus: {os.cpu_count()}  start method: {args.start_method}")
+    print(f"cpus: {os.cpu_count()}  start method: {args.start_method}  "
+          f"load average at start: {os.getloadavg()[0]:.1f} (other processes skew the figures)")
     header = f"{'game':<10} {'config':<13} {'workers':>7} {'envs':>5} {'transport':>9} {'start s':>8} {'steps/s':>9}"
     print(header)
     print("-" * len(header))
@@ -148,6 +184,7 @@ def main(argv=None) -> int:
                 results[(game, label, transport)] = sps
                 print(f"{game:<10} {label:<13} {workers:>7} {n:>5} {transport:>9} {startup:>8.2f} {sps:>9.0f}",
                       flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
     for transport in transports:
         a, b = results.get(("montezuma", "2x16", transport)), results.get(("montezuma", "32x1", transport))
         if a and b:

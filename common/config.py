@@ -61,6 +61,8 @@ class TrainConfig:
     value_loss: str = arg("smooth_l1", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
     vf_coef: float = arg(1.0, "weight of the value loss")
     clip_reward: bool = arg(False, "sign-clip extrinsic rewards before learning (the RND paper's Atari setting)")
+    norm_adv: bool = arg(False, "standardize the combined advantage per minibatch (RND paper, CleanRL); off: the "
+                                "tutorial's raw advantages")
 
     # --- intrinsic reward ----------------------------------------------------------------
     intrinsic: str = arg("rnd", "intrinsic-reward module", choices=("none", "rnd", "snd-v", "snd-std", "snd-vic"))
@@ -68,6 +70,7 @@ class TrainConfig:
     ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
     int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
     update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
+    snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
     intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic networks (0: same as --lr)")
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")
@@ -97,7 +100,7 @@ class TrainConfig:
                 raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
 
         for name in ("num_global_steps", "num_processes", "num_local_steps", "num_epochs", "batch_size",
-                     "max_actions", "max_eval_steps", "max_nan_updates"):
+                     "max_actions", "max_eval_steps", "max_nan_updates", "snd_max_pairs"):
             need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
         for name in ("save_interval", "eval_interval", "video_interval", "histogram_interval",
                      "embedding_interval", "obs_norm_steps"):

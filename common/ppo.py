@@ -51,14 +51,16 @@ class PPO:
         policy: the actor-critic ``nn.Layer`` (contract above).
         lr, epsilon (clip range), beta (entropy coefficient), vf_coef, max_grad_norm.
         value_loss: "smooth_l1" (the tutorial's) or "mse" (0.5 * squared error, RND's).
+        norm_adv: standardize the advantages of each minibatch (RND's ``normadv``); off by default.
     """
 
     def __init__(self, policy: nn.Layer, lr: float, epsilon: float, beta: float, vf_coef: float,
-                 max_grad_norm: float, value_loss: str = "smooth_l1"):
+                 max_grad_norm: float, value_loss: str = "smooth_l1", norm_adv: bool = False):
         if value_loss not in ("smooth_l1", "mse"):
             raise ValueError(f"value_loss must be 'smooth_l1' or 'mse', got {value_loss!r}")
         self.policy = policy
         self.epsilon, self.beta, self.vf_coef, self.value_loss = epsilon, beta, vf_coef, value_loss
+        self.norm_adv = bool(norm_adv)
         self.optimizer = paddle.optimizer.Adam(
             learning_rate=lr, parameters=policy.parameters(),
             grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
@@ -85,6 +87,9 @@ class PPO:
         logits, v_ext, v_int = self.policy(obs_to_tensor(batch["obs"]))
         actions = paddle.to_tensor(batch["actions"])
         adv = paddle.to_tensor(batch["advantages"])
+        if self.norm_adv:
+            adv = adv - adv.mean()
+            adv = adv / (paddle.sqrt((adv * adv).mean()) + 1e-8)
         logp, entropy = log_prob_entropy(logits, actions)
         ratio = paddle.exp(logp - paddle.to_tensor(batch["log_probs"]))
         surrogate = paddle.minimum(ratio * adv, paddle.clip(ratio, 1.0 - self.epsilon, 1.0 + self.epsilon) * adv)

@@ -61,11 +61,11 @@ class Trainer:
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         self.policy = spec.make_policy(cfg, self.obs_shape, self.num_actions)
         self.ppo = PPO(self.policy, lr=cfg.lr, epsilon=cfg.epsilon, beta=cfg.beta, vf_coef=cfg.vf_coef,
-                       max_grad_norm=cfg.max_grad_norm, value_loss=cfg.value_loss)
+                       max_grad_norm=cfg.max_grad_norm, value_loss=cfg.value_loss, norm_adv=cfg.norm_adv)
         self.intrinsic = make_intrinsic(
             cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
-            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1)
+            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs)
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)

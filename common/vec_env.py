@@ -566,7 +566,8 @@ class SubprocVecEnv(VecEnv):
         proc.join(timeout=1.0)
         start, stop = self._ranges[w]
         return self._fail(EnvWorkerError(
-            f"Worker {w} ({self._where(w)}) died during {phase}: {_describe_exitcode(proc.exitcode)}",
+            f"Env worker process died during {phase} ({self._where(w)}): "
+            f"{_describe_exitcode(proc.exitcode)}",
             start if stop - start == 1 else None, "", w))
 
     def _gather(self, workers: Iterable[int], phase: str, timeout: float | None = None) -> dict[int, tuple]:
@@ -583,8 +584,8 @@ class SubprocVecEnv(VecEnv):
                 w = min(pending)
                 start, stop = self._ranges[w]
                 raise self._fail(EnvWorkerError(
-                    f"Worker {w} ({self._where(w)}) did not answer within {timeout:g} s during {phase} "
-                    f"(hung environment?)", start if stop - start == 1 else None, "", w))
+                    f"Env worker process did not answer within {timeout:g} s during {phase} "
+                    f"({self._where(w)}); hung environment?", start if stop - start == 1 else None, "", w))
             by_conn = {self._conns[w]: w for w in pending}
             by_sentinel = {self._processes[w].sentinel: w for w in pending}
             ready = mp.connection.wait(list(by_conn) + list(by_sentinel), timeout=remaining)
@@ -612,15 +613,12 @@ class SubprocVecEnv(VecEnv):
         if self._broken is not None:
             raise EnvWorkerError(f"this VecEnv is unusable after an earlier fault: {self._broken}")
 
-    def _send_all(self, messages: Sequence[tuple]) -> None:
+    def _send_all(self, messages: Sequence[tuple], phase: str) -> None:
         for w, msg in enumerate(messages):
             try:
                 self._conns[w].send(msg)
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                self._processes[w].join(timeout=1.0)
-                raise self._fail(EnvWorkerError(
-                    f"Worker {w} ({self._where(w)}) is gone: "
-                    f"{_describe_exitcode(self._processes[w].exitcode)}", None, "", w)) from None
+            except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
+                raise self._dead(w, phase) from None
 
     def _collect_obs(self, results: dict[int, tuple]) -> np.ndarray:
         if self._shm_obs is not None:
@@ -632,7 +630,7 @@ class SubprocVecEnv(VecEnv):
         self._guard()
         ok = False
         try:
-            self._send_all([("reset", None)] * self.num_workers)
+            self._send_all([("reset", None)] * self.num_workers, "reset")
             results = self._gather(range(self.num_workers), "reset")
             ok = True
         finally:
@@ -645,7 +643,7 @@ class SubprocVecEnv(VecEnv):
         a = self._actions(actions)
         ok = False
         try:
-            self._send_all([("step", a[start:stop].tolist()) for start, stop in self._ranges])
+            self._send_all([("step", a[start:stop].tolist()) for start, stop in self._ranges], "step")
             results = self._gather(range(self.num_workers), "step")
             ok = True
         finally:
@@ -713,9 +711,12 @@ class SubprocVecEnv(VecEnv):
 def make_vec_env(env_fns: Sequence[Callable[[], Any]], num_workers: int = 0, seed: int | None = None,
                  **kwargs) -> VecEnv:
     """``num_workers == 0``: :class:`InProcessVecEnv`; otherwise :class:`SubprocVecEnv`
-    with ``num_workers`` processes (extra keyword arguments go to it)."""
+    with ``num_workers`` processes. Extra keyword arguments are SubprocVecEnv options
+    (``timeout``, ``start_timeout``, ``start_method``, ``shared_memory``); they are
+    accepted and ignored in-process, so one call site serves both."""
     if num_workers <= 0:
-        if kwargs:
-            raise TypeError(f"in-process vector env takes no options {sorted(kwargs)}")
+        unknown = set(kwargs) - {"timeout", "start_timeout", "start_method", "shared_memory"}
+        if unknown:
+            raise TypeError(f"unknown vector-env options {sorted(unknown)}")
         return InProcessVecEnv(env_fns, seed=seed)
     return SubprocVecEnv(env_fns, num_workers=num_workers, seed=seed, **kwargs)

@@ -2,9 +2,11 @@
 
 ``common.intrinsic.networks.ConvFeatureNet`` with small kernels instead of the
 RND paper's 8x8/4 (which needs 84x84 input): three 2x2 stride-1 convolutions,
-32 - 64 - 64 channels, LeakyReLU: 7x7 -> 6x6 -> 5x5 -> 4x4, flatten 1024, then a
-linear head to ``feature_dim`` (the predictor adds two ReLU-Linear layers, as in
-RND). ``forward_with_map`` returns the 64 x 5 x 5 map after the second convolution
+16 - 32 - 32 channels, LeakyReLU: 7x7 -> 6x6 -> 5x5 -> 4x4, flatten 512, then a
+linear head to ``feature_dim`` = 128 (the predictor adds two ReLU-Linear(128)
+layers, as in RND). Sized for a 2-core CPU: the intrinsic update (predictor, and
+for SND the target) otherwise costs 3x the PPO update. ``forward_with_map``
+returns the 32 x 5 x 5 map after the second convolution
 (25 locations for SND-STD's local InfoNCE). Orthogonal init (the RND paper's).
 
 The networks see what the intrinsic module gives them: the observation normalized
@@ -17,10 +19,10 @@ from __future__ import annotations
 from common.intrinsic.networks import ConvFeatureNet
 from gridworld.env import VIEW
 
-GRID_CONV_SPECS = ((32, 2, 1), (64, 2, 1), (64, 2, 1))  # (out_channels, kernel, stride)
+GRID_CONV_SPECS = ((16, 2, 1), (32, 2, 1), (32, 2, 1))  # (out_channels, kernel, stride)
 
 
-def make_rnd_networks(in_channels: int, feature_dim: int = 256):
+def make_rnd_networks(in_channels: int, feature_dim: int = 128):
     """(target, predictor) for float32[B, in_channels, 7, 7] -> [B, feature_dim]."""
     kw = dict(input_hw=VIEW, init="orthogonal", specs=GRID_CONV_SPECS)
     target = ConvFeatureNet(in_channels, feature_dim, hidden=(), **kw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import paddle
 import paddle.nn as nn
 
+from common.fast_ops import run_sequential
 from common.intrinsic.networks import param_attrs
 
 
@@ -36,5 +37,5 @@ class MARIO(nn.Layer):
         self.critic_int = _linear(512, 1)
 
     def forward(self, x):
-        h = self.linear0(paddle.flatten(self.features(x), 1))
+        h = self.linear0(paddle.flatten(run_sequential(self.features, x), 1))  # fused conv+bias+ReLU
         return self.actor(h), self.critic_ext(h).squeeze(-1), self.critic_int(h).squeeze(-1)

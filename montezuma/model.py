@@ -14,6 +14,7 @@ import math
 import paddle
 import paddle.nn as nn
 
+from common.fast_ops import run_sequential
 from common.intrinsic.networks import param_attrs
 
 
@@ -41,6 +42,6 @@ class RNDPolicy(nn.Layer):
         self.critic_int = _linear(448, 1, gain=0.01)
 
     def forward(self, x):
-        h = self.features(x)
+        h = run_sequential(self.features, x)  # fused conv+bias+ReLU, same math
         hv = h + self.extra_layer(h)
         return self.actor(h), self.critic_ext(hv).squeeze(-1), self.critic_int(hv).squeeze(-1)

@@ -12,12 +12,13 @@ INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
 
 def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, lr: float,
                    update_proportion: float, max_grad_norm: float, seed: int,
-                   target_lr: float | None = None) -> IntrinsicModule:
+                   target_lr: float | None = None, max_pairs: int = 512) -> IntrinsicModule:
     """Build the intrinsic module ``name``.
 
     ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
     (``mario/rnd_model.py``, ``montezuma/rnd_model.py``). ``target_lr`` is the
-    learning rate of the SND target (ignored by RND, whose target is frozen).
+    learning rate of the SND target (ignored by RND, whose target is frozen);
+    ``max_pairs`` caps SND-STD's consecutive pairs per target step (ignored by the others).
     """
     if name not in INTRINSIC_NAMES:
         raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
@@ -30,4 +31,6 @@ def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, 
         from common.intrinsic.rnd import RND
         return RND(target, predictor, **common)
     from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
+    if name == "snd-std":
+        common["max_pairs"] = max_pairs
     return SND_VARIANTS[name](target, predictor, target_lr=lr if target_lr is None else target_lr, **common)

@@ -16,6 +16,8 @@ import math
 import paddle
 import paddle.nn as nn
 
+from common.fast_ops import conv_act
+
 CONV_SPECS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out_channels, kernel, stride)
 
 
@@ -71,7 +73,7 @@ class ConvFeatureNet(nn.Layer):
     def forward_with_map(self, x):
         fmap = None
         for i, conv in enumerate(self.convs):
-            x = self.act(conv(x))
+            x = conv_act(conv, x, self.act._negative_slope)  # = self.act(conv(x)), fused (common/fast_ops.py)
             if i == 1:
                 fmap = x
         return self.head(paddle.flatten(x, 1)), fmap

@@ -1,0 +1,162 @@
+"""Does the SND intrinsic signal stay up where RND's decays? Short Mario 1-1 runs per variant.
+
+One short run per intrinsic module (rnd, snd-v, snd-std, snd-vic), same seed, same number of
+agent steps, same (reduced) PPO sizes; then the mean raw intrinsic reward per update
+(tag intrinsic/raw_reward_mean), divided by each run's first value, is plotted over agent steps.
+
+    python benchmarks/snd_signal.py                                  # run the four variants, then plot
+    python benchmarks/snd_signal.py --plot-only runs/evidence/snd_signal
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+VARIANTS = ("rnd", "snd-v", "snd-std", "snd-vic")
+
+
+def train_command(args, variant):
+    return [sys.executable, "mario/train.py", "--world", "1", "--stage", "1", "--intrinsic", variant,
+            "--seed", str(args.seed), "--num-processes", str(args.num_processes),
+            "--num-local-steps", str(args.num_local_steps), "--num-epochs", str(args.num_epochs),
+            "--batch-size", str(args.batch_size), "--num-global-steps", str(args.num_global_steps),
+            "--eval-interval", "0", "--video-interval", "0", "--histogram-interval", "0",
+            "--embedding-interval", "0", "--save-interval", "0",
+            "--log-path", args.log_path, "--run-name", variant]
+
+
+def run_variants(group_dir, args):
+    os.makedirs(group_dir, exist_ok=True)
+    log = {}
+    for variant in args.variants:
+        cmd = train_command(args, variant)
+        print("running:", " ".join(cmd), flush=True)
+        start = time.time()
+        rc = subprocess.call(cmd, cwd=ROOT)
+        log[variant] = {"command": " ".join(cmd), "returncode": rc, "wall_s": time.time() - start}
+        print(f"[snd_signal] {variant}: exit {rc} after {log[variant]['wall_s']:.0f} s", flush=True)
+        with open(os.path.join(group_dir, "benchmark_runs.json"), "w") as f:
+            json.dump(log, f, indent=1)
+    return log
+
+
+def summarise(group_dir):
+    from common.logger import read_metrics
+
+    out = {}
+    for variant in VARIANTS:
+        run_dir = os.path.join(group_dir, variant)
+        if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            continue
+        m = read_metrics(run_dir)
+        if "intrinsic/raw_reward_mean" not in m:
+            continue
+        steps, vals = m["intrinsic/raw_reward_mean"]
+        out[variant] = {"steps": steps.tolist(), "raw": vals.tolist(), "first": float(vals[0]),
+                        "last": float(vals[-1]), "ratio": float(vals[-1] / vals[0]) if vals[0] else float("nan"),
+                        "min_ratio": float(vals.min() / vals[0]) if vals[0] else float("nan"),
+                        "updates": int(len(vals))}
+        if "episode/x_pos" in m:
+            out[variant]["x_pos_max"] = float(m["episode/x_pos"][1].max())
+            out[variant]["episodes"] = int(len(m["episode/x_pos"][1]))
+    return out
+
+
+def plot(group_dir, args):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = summarise(group_dir)
+    if not summary:
+        raise SystemExit(f"no runs with intrinsic/raw_reward_mean under {group_dir}")
+    os.makedirs(args.docs, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for variant, s in summary.items():
+        ax.plot(s["steps"], [v / s["first"] for v in s["raw"]], marker=".", label=variant)
+    ax.axhline(1.0, color="gray", lw=0.6, ls=":")
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel("raw intrinsic reward / first update's value")
+    ax.set_title("Mario 1-1: mean raw intrinsic reward per update (normalised)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    png = os.path.join(args.docs, "snd_signal.png")
+    fig.savefig(png, dpi=120)
+    print("wrote", png)
+
+    runs = {}
+    runs_file = os.path.join(group_dir, "benchmark_runs.json")
+    if os.path.exists(runs_file):
+        with open(runs_file) as f:
+            runs = json.load(f)
+    cfg = {}
+    for variant in summary:
+        cfg_file = os.path.join(group_dir, variant, "config.json")
+        if os.path.exists(cfg_file):
+            with open(cfg_file) as f:
+                cfg = json.load(f)
+            break
+    lines = ["# Intrinsic signal of RND vs SND on Mario 1-1", "",
+             "Short runs, one per intrinsic module, same seed and same number of agent steps. "
+             "Tag `intrinsic/raw_reward_mean` (the mean raw intrinsic reward of each rollout, before the "
+             "running-std normalisation), divided by each run's first value.", "",
+             f"Settings: world 1-1, seed {cfg.get('seed')}, {cfg.get('num_processes')} processes x "
+             f"{cfg.get('num_local_steps')} local steps, {cfg.get('num_epochs')} epochs x "
+             f"{cfg.get('batch_size')} minibatches, lr {cfg.get('lr')}, "
+             f"{cfg.get('num_global_steps')} agent steps per run; other flags at their defaults "
+             "(int-coef 0.5, update-proportion 0.25, obs-norm-steps 128).", "",
+             "![normalised raw intrinsic reward](snd_signal.png)", "",
+             "| variant | updates | first | last | last/first | min/first | wall (s) | max x_pos |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for variant, s in summary.items():
+        wall = runs.get(variant, {}).get("wall_s")
+        lines.append(f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
+                     f"{s['min_ratio']:.3f} | {wall:.0f} | {s.get('x_pos_max', float('nan')):.0f} |"
+                     if wall is not None else
+                     f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
+                     f"{s['min_ratio']:.3f} | - | {s.get('x_pos_max', float('nan')):.0f} |")
+    lines += ["", "Commands:", "", "```bash"]
+    lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
+    lines += ["```", "", "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
+              f"{os.path.relpath(group_dir, ROOT)}`", ""]
+    md = os.path.join(args.docs, "snd_signal.md")
+    with open(md, "w") as f:
+        f.write("\n".join(lines))
+    print("wrote", md)
+    with open(os.path.join(group_dir, "summary.json"), "w") as f:
+        json.dump({v: {k: x for k, x in s.items() if k not in ("steps", "raw")} for v, s in summary.items()},
+                  f, indent=1)
+    for variant, s in summary.items():
+        print(f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f}")
+    return summary
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--seed", type=int, default=314)
+    ap.add_argument("--num-processes", type=int, default=2)
+    ap.add_argument("--num-local-steps", type=int, default=256)
+    ap.add_argument("--num-epochs", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=16, help="minibatches per epoch")
+    ap.add_argument("--num-global-steps", type=int, default=10240)
+    ap.add_argument("--log-path", default="runs/evidence/snd_signal")
+    ap.add_argument("--plot-only", metavar="GROUP_DIR", default="",
+                    help="folder holding one run folder per variant; only regenerate docs/snd_signal.*")
+    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"))
+    args = ap.parse_args(argv)
+    group_dir = args.plot_only or os.path.join(ROOT, args.log_path)
+    if not args.plot_only:
+        run_variants(group_dir, args)
+    plot(group_dir, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""End-to-end throughput, side by side in one run: the tutorial's loop vs this project's trainer.
+
+Each pipeline runs in its own subprocess (fresh Paddle, its own thread settings), one after
+another, so that they see the same machine; on a shared machine the ratios are what count.
+
+1. env-only ceilings: the project's vector env configurations with random actions
+   (Mario: 6 envs, one process each; Montezuma: 8 envs in 2 worker processes);
+2. the tutorial (``benchmarks/tutorial_baseline.py``) on Mario for ``--updates`` updates;
+3. the project's trainer on Mario with the tutorial's settings (6 envs, 10 epochs x 16
+   minibatches, eval after every update) for the same number of updates and the same
+   ``--num-local-steps``;
+4. the project's trainer on Montezuma, 8 envs x 128 steps, 4 epochs x 4 minibatches.
+
+End-to-end rate = agent steps / (collection + update + evaluation time), from the first
+rollout to the end of the last update's evaluation (start-up and the observation-normalizer
+warm-up are reported apart). Peak RSS is summed over the trainer and its env workers
+(psutil, sampled every 0.2 s).
+
+    python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (~10-15 min)
+    python benchmarks/throughput.py --updates 1 --skip montezuma
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+# ----------------------------------------------------------------------------- children
+def child_project(game: str, argv: list[str], out: str) -> None:
+    """Run the project's trainer with phase timers; write the timings as JSON to ``out``."""
+    from common.config import parse_config
+    from common.trainer import Trainer
+
+    if game == "mario":
+        from mario.train import SPEC
+    else:
+        from montezuma.train import SPEC
+    cfg = parse_config(SPEC.config_cls, argv)
+    t_start = time.perf_counter()
+    tr = Trainer(SPEC, cfg)
+    phases = {"collect": [], "update": [], "eval": [], "eval_steps": [], "warmup": 0.0}
+    marks = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            if "first" not in marks and name == "collect":
+                marks["first"] = t
+            r = fn(*a, **k)
+            phases[name].append(time.perf_counter() - t)
+            if name == "eval":
+                phases["eval_steps"].append(int(r.get("length", 0)))
+            marks["last"] = time.perf_counter()
+            return r
+        return wrapper
+
+    orig_norm = tr.init_obs_normalizer
+
+    def warm(obs):
+        t = time.perf_counter()
+        r = orig_norm(obs)
+        phases["warmup"] = time.perf_counter() - t
+        return r
+
+    tr.init_obs_normalizer = warm
+    tr.collect = timed("collect", tr.collect)
+    tr.learn = timed("update", tr.learn)
+    tr.evaluate = timed("eval", tr.evaluate)
+    tr.train()
+    phases["loop"] = marks["last"] - marks["first"]
+    phases["steps"] = tr.global_step
+    phases["startup"] = time.perf_counter() - t_start - phases["loop"] - phases["warmup"]
+    with open(out, "w") as f:
+        json.dump(phases, f)
+
+
+def child_envonly(game: str, num_envs: int, workers: int, steps: int, out: str) -> None:
+    import functools
+
+    import numpy as np
+
+    from common.vec_env import make_vec_env
+
+    if game == "mario":
+        from mario.env import make_env
+        fn = functools.partial(make_env, world=4, stage=4, action_type="simple")
+    else:
+        from montezuma.env import make_env
+        fn = functools.partial(make_env)
+    venv = make_vec_env([fn] * num_envs, num_workers=workers, seed=0)
+    try:
+        rng = np.random.default_rng(0)
+        venv.reset()
+        for _ in range(10):
+            venv.step(rng.integers(venv.num_actions, size=num_envs))
+        t = time.perf_counter()
+        for _ in range(steps):
+            venv.step(rng.integers(venv.num_actions, size=num_envs))
+        dt = time.perf_counter() - t
+    finally:
+        venv.close()
+    with open(out, "w") as f:
+        json.dump({"rate": steps * num_envs / dt}, f)
+
+
+# ----------------------------------------------------------------------------- parent
+def _tree_rss(proc) -> int:
+    import psutil
+
+    try:
+        procs = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_child(args: list[str], label: str) -> tuple[dict, float]:
+    """Run ``python <args>`` with a JSON output file; returns (result, peak RSS MiB of its process tree)."""
+    import psutil
+
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    print(f"  running {label} ...", flush=True)
+    proc = subprocess.Popen([sys.executable, *args, out],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(ps))
+            done.wait(0.2)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    _, err = proc.communicate()
+    done.set()
+    th.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{label} failed (exit {proc.returncode}):\n{err[-3000:]}")
+    with open(out) as f:
+        res = json.load(f)
+    os.unlink(out)
+    return res, peak[0] / 2**20
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--updates", type=int, default=2, help="Mario updates per pipeline (equal for both)")
+    p.add_argument("--num-local-steps", type=int, default=128,
+                   help="Mario rollout length per env, equal for both (the tutorial's is 512)")
+    p.add_argument("--montezuma-updates", type=int, default=3)
+    p.add_argument("--env-steps", type=int, default=300, help="vector steps for each env-only ceiling")
+    p.add_argument("--skip", nargs="*", default=[], choices=["env", "tutorial", "mario", "montezuma"])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "--child":  # internal: one measured pipeline in this subprocess
+        kind, *rest = argv[1:]
+        if kind == "project":
+            game, *flags = rest
+            child_project(game, flags[:-1], flags[-1])
+        elif kind == "env":
+            game, n, w, steps, out = rest
+            child_envonly(game, int(n), int(w), int(steps), out)
+        return None
+    a = p.parse_args(argv)
+
+    import platform
+
+    me = os.path.abspath(__file__)
+    L, U = a.num_local_steps, a.updates
+    res, rss = {}, {}
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+    if "env" not in a.skip:
+        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", "6", str(a.env_steps)], "env-only Mario 6x1")
+        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", "2", str(a.env_steps * 4)],
+                                       "env-only Montezuma 2 workers x 4 envs")
+    if "tutorial" not in a.skip:
+        out, rss["tutorial"] = run_child([os.path.join(ROOT, "benchmarks", "tutorial_baseline.py"), "--updates", str(U),
+                                          "--num-local-steps", str(L), "--json"], "tutorial baseline (Mario)")
+        res["tutorial"] = {k: [t[k] for t in out] for k in ("collect", "update", "eval", "eval_steps", "steps")}
+    common = ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0", "--save-interval", "0",
+              "--log-path", tempfile.mkdtemp(prefix="throughput_runs_")]
+    if "mario" not in a.skip:
+        res["mario"], rss["mario"] = run_child(
+            [me, "--child", "project", "mario", "--num-local-steps", str(L), "--num-global-steps", str(6 * L * U),
+             *common], "project Mario")
+    if "montezuma" not in a.skip:
+        res["mont"], rss["mont"] = run_child(
+            [me, "--child", "project", "montezuma", "--num-processes", "8", "--num-local-steps", "128",
+             "--num-global-steps", str(1024 * a.montezuma_updates), "--obs-norm-steps", "32",
+             "--eval-interval", str(a.montezuma_updates), *common], "project Montezuma 8x128")
+        res["mont128"], rss["mont128"] = run_child(
+            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "8",
+             "--num-global-steps", str(128 * 8), "--obs-norm-steps", "1", "--batch-size", "4", "--num-epochs", "1",
+             "--eval-interval", "0", *common], "project Montezuma 128 envs (memory)")
+
+    def rate(d, keys=("collect", "update", "eval")):
+        return sum(d["steps"] if isinstance(d["steps"], list) else [d["steps"]]) / sum(sum(d[k]) for k in keys)
+
+    print(f"\nResults (load average {os.getloadavg()[0]:.1f} at the end; Mario: {U} update(s) of 6 envs x {L} steps, "
+          "10 epochs x 16 minibatches; tutorial world 4-4 for both)")
+    rows = []
+    if "tutorial" in res and "mario" in res:
+        t, m = res["tutorial"], res["mario"]
+        n = 6 * L * U
+        rows.append(("Mario end to end, steps/s", rate(t), n / m["loop"]))
+        rows.append(("Mario collection, steps/s", n / sum(t["collect"]), n / sum(m["collect"])))
+        rows.append(("Mario update phase, s per update", sum(t["update"]) / U, sum(m["update"]) / len(m["update"])))
+        rows.append(("Mario greedy eval, s per update", sum(t["eval"]) / U, sum(m["eval"]) / len(m["eval"])))
+        rows.append(("Mario eval steps per episode", sum(t["eval_steps"]) / U, sum(m["eval_steps"]) / len(m["eval_steps"])))
+        rows.append(("Mario eval, ms per eval step", 1e3 * sum(t["eval"]) / sum(t["eval_steps"]),
+                     1e3 * sum(m["eval"]) / max(1, sum(m["eval_steps"]))))
+        print(f"{'':38s} {'tutorial':>10s} {'project':>10s} {'ratio':>7s}")
+        for name, x, y in rows:
+            lower_better = "s per" in name or "ms per" in name
+            r = (x / y) if lower_better else (y / x)
+            if "eval steps" in name:
+                r = float("nan")
+            print(f"{name:38s} {x:10.2f} {y:10.2f} {r:6.2f}x")
+        print(f"  (Mario project warm-up of the RND normalizer, not in the rates: {m['warmup']:.1f} s)")
+    if "mario" in res and "env_mario" in res:
+        n = sum([6 * L] * len(res["mario"]["collect"]))
+        c = n / sum(res["mario"]["collect"])
+        print(f"Mario collection vs env-only (6 envs x 1 process): {c:.1f} / {res['env_mario']['rate']:.1f} "
+              f"= {c / res['env_mario']['rate']:.2f}")
+    if "mont" in res:
+        mt = res["mont"]
+        c = 1024 * len(mt["collect"]) / sum(mt["collect"])
+        print(f"Montezuma 8x128, 4x4: end to end {mt['steps'] / mt['loop']:.1f} agent steps/s "
+              f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
+              f"{len(mt['eval'])} eval(s) {sum(mt['eval']):.1f} s)")
+        if "env_mont" in res:
+            print(f"Montezuma collection vs env-only (2 workers x 4 envs): {c:.1f} / {res['env_mont']['rate']:.1f} "
+                  f"= {c / res['env_mont']['rate']:.2f}")
+    for k, label in (("tutorial", "tutorial Mario, 6 processes"), ("mario", "project Mario, 6 processes"),
+                     ("mont", "project Montezuma, 8 envs"), ("mont128", "project Montezuma, 128 envs")):
+        if k in rss:
+            print(f"peak RSS {label}: {rss[k]:.0f} MiB (trainer + workers)")
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,533 @@
+"""Generate the notebooks of this folder (outputs-free) from the cell sources below.
+
+    python notebooks/make_notebooks.py            # rewrite the .ipynb files
+    python notebooks/make_notebooks.py --check    # exit 1 if a .ipynb differs from this script
+
+The notebooks are written for Baidu AI Studio (Python 3.10, ``%cd``, ``!pip install``,
+persistent ``/home/aistudio/work``) and run anywhere. Their first code cell holds the
+parameters: ``QUICK`` selects a tiny smoke run (the default; ``NOTEBOOK_QUICK=0`` in
+the environment or ``QUICK = False`` in the cell selects the real one) and
+``NOTEBOOK_RUNS`` moves the run folders. The install cell only pip-installs when a
+package is not importable, so it is a no-op where the project is installed
+(``tests/test_notebooks.py`` runs every notebook top to bottom in quick mode).
+
+Edit this file, not the .ipynb files, and regenerate: the tests check they agree.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def md(text: str):
+    return new_markdown_cell(textwrap.dedent(text).strip("\n"))
+
+
+def code(text: str):
+    return new_code_cell(textwrap.dedent(text).strip("\n"))
+
+
+# ------------------------------------------------------------------ shared cells
+def params_cell(extra: str = ""):
+    return code(textwrap.dedent('''
+        # Parameters. QUICK = True: a tiny smoke run (about a minute on a CPU) that shows every step.
+        # Set QUICK = False (or NOTEBOOK_QUICK=0 in the environment) for a real training run.
+        import os
+
+        QUICK = os.environ.get("NOTEBOOK_QUICK", "1") != "0"
+        RUNS = os.environ.get("NOTEBOOK_RUNS", "")  # parent folder of the run folders ("" = <repo>/runs)
+    ''') + textwrap.dedent(extra))
+
+
+SETUP = code('''
+    # Setup: go to the repository and install what is missing (nothing, where the project is installed).
+    # On AI Studio, clone or unzip the repository once into /home/aistudio/work (that folder survives restarts).
+    import importlib.util
+    import sys
+
+    for REPO in (os.path.abspath(".."), os.path.abspath("."), "/home/aistudio/work/paddle-curiosity"):
+        if os.path.exists(os.path.join(REPO, "common", "trainer.py")):
+            break
+    else:
+        raise FileNotFoundError("put the repository in /home/aistudio/work/paddle-curiosity (or open this notebook "
+                                "from its notebooks/ folder)")
+    %cd {REPO}
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    RUNS = RUNS or os.path.join(REPO, "runs")
+
+    NEEDED = ["paddle", "nes_py", "gym_super_mario_bros", "ale_py", "gymnasium", "visualdl", "imageio_ffmpeg", "cv2"]
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if missing:
+        print("missing:", missing, "-> pip install")
+        # AI Studio ships paddlepaddle-gpu: install the CPU build only where there is no Paddle at all.
+        EXTRA = "" if importlib.util.find_spec("paddle") else "[cpu]"
+        !{sys.executable} -m pip install -q -e .{EXTRA}
+    import paddle
+
+    DEVICE = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
+    print("repo", REPO, "| runs", RUNS, "| paddle", paddle.__version__, "| device", DEVICE, "| quick", QUICK)
+''')
+
+
+def curves_cell(tags: list[str]):
+    return code(f'''
+        # Curves from the run's metrics.jsonl (the same values VisualDL shows).
+        import matplotlib.pyplot as plt
+
+        from common.logger import read_metrics
+
+        metrics = read_metrics(result["run_dir"])
+        TAGS = {tags!r}
+        fig, axes = plt.subplots(2, (len(TAGS) + 1) // 2, figsize=(4.2 * ((len(TAGS) + 1) // 2), 6.5))
+        for ax, tag in zip(axes.flat, TAGS):
+            if tag in metrics:
+                steps, values = metrics[tag]
+                ax.plot(steps, values, marker="o" if len(steps) < 30 else None)
+            ax.set_title(tag, fontsize=10)
+            ax.set_xlabel("agent steps" if "/" in tag else "update")  # the tutorial's tags count updates
+            ax.grid(alpha=0.3)
+        for ax in axes.flat[len(TAGS):]:
+            ax.axis("off")
+        fig.tight_layout()
+        plt.show()
+        print(len(metrics), "tags logged:", ", ".join(sorted(metrics)))
+    ''')
+
+
+VIDEO = code('''
+    # The latest evaluation episode (written every --video-interval updates to <run>/videos/).
+    import glob
+
+    from IPython.display import Video, display
+
+    videos = sorted(glob.glob(os.path.join(result["run_dir"], "videos", "eval_*.mp4")))
+    print(len(videos), "eval videos:", [os.path.basename(v) for v in videos[-5:]])
+    if videos:
+        display(Video(videos[-1], embed=True, width=384))
+''')
+
+
+def visualdl_md(game: str):
+    return md(f'''
+        ## VisualDL
+
+        Everything the run logged is in its run folder (`{{RUNS}}/<run_name>/`: `config.json`, VisualDL records,
+        `metrics.jsonl`, `videos/`, `models/`). To browse it:
+
+        * **Locally**: `visualdl --logdir runs --host 127.0.0.1 --port 8040 --language en`, then open
+          <http://127.0.0.1:8040>. Keep `--language en` (without it, VisualDL 2.5.3's `/app/index` answers
+          500 under Werkzeug 3.1 when the browser sends no Accept-Language) and give `--logdir` as a relative
+          path (with an absolute one the embedding view mixes up its tensor and metadata).
+        * **AI Studio**: the left sidebar's 可视化 (Visualization) tab: set the log folder to the `runs` folder
+          of the repository in `/home/aistudio/work` and start the service; or run the command above in a
+          terminal and open the forwarded port.
+
+        Dashboards: **Scalars** (the tutorial's tags `Training Reward`, `Eval Extrinsic reward`,
+        `Eval Intrinsic reward`, `Total loss`, `Forward loss`, then groups `losses/`, `intrinsic/`, `charts/`,
+        `episode/`, `eval/`, `perf/`), **Image** (`eval/frames`: eight moments of each evaluation episode),
+        **Histogram** (intrinsic rewards and advantages), **High Dimensional** (target features of recent
+        {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}), and
+        **Hyper Parameters** (the run's flags with its final metrics). See `docs/visualdl.md`.
+    ''')
+
+
+def print_cmd_cell():
+    return code('''
+        # The command for this notebook's runs (a relative --logdir, from the folder above it).
+        print(f"cd {os.path.dirname(os.path.abspath(RUNS))} && visualdl --logdir {os.path.basename(os.path.abspath(RUNS))} "
+              "--host 127.0.0.1 --port 8040 --language en")
+    ''')
+
+
+# ------------------------------------------------------------------ Mario
+def mario_notebook():
+    return [
+        md('''
+            # Super Mario Bros with PPO + RND (PaddlePaddle) / 超级马里奥：PPO + RND 好奇心探索
+
+            The tutorial's agent: PPO on the tutorial's Mario wrappers (84x84 gray, skip 4, stack 4) with Random
+            Network Distillation as an exploration bonus, here with the tutorial's defects fixed (the predictor
+            is trained, the intrinsic reward reaches the advantages). The notebook trains, plots the curves,
+            shows an evaluation video, plays a checkpoint and points to VisualDL.
+
+            Run it top to bottom. `QUICK = True` (the default) trains for a few seconds only, to check that
+            everything works; set `QUICK = False` for a real run (hours on a CPU, much faster on an AI Studio GPU).
+        '''),
+        params_cell('''
+            WORLD, STAGE = 1, 1
+        '''),
+        SETUP,
+        md('''
+            ## Train
+
+            `mario.train.main(flags)` is exactly `python mario/train.py <flags>` (see `python mario/train.py --help`;
+            every flag is a field of `MarioConfig`). From a terminal or a `!` cell:
+
+                !python mario/train.py --world 1 --stage 1 --num-global-steps 2000000 --device gpu
+
+            The run folder is `RUNS/<run_name>`; Ctrl-C (or the stop button) saves a checkpoint first.
+        '''),
+        code('''
+            from mario.train import main as train_mario
+
+            if QUICK:
+                flags = ["--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2",
+                         "--num-epochs", "1", "--num-global-steps", "64", "--obs-norm-steps", "2",
+                         "--max-eval-steps", "60", "--video-interval", "1", "--histogram-interval", "1",
+                         "--embedding-interval", "1"]
+            else:  # the tutorial's PPO settings; 6 envs x 512 steps per update
+                flags = ["--num-global-steps", "3000000", "--video-interval", "10", "--save-interval", "50"]
+            run_name = f"mario_{WORLD}-{STAGE}_rnd" + ("_quick" if QUICK else "")
+            result = train_mario(flags + ["--world", str(WORLD), "--stage", str(STAGE), "--device", DEVICE,
+                                          "--log-path", RUNS, "--run-name", run_name])
+            print({k: v for k, v in result.items() if k != "eval"})
+        '''),
+        md('''
+            ## Curves
+
+            `Training Reward` is the tutorial's (mean over envs of the rollout's extrinsic rewards, summed over
+            time); the eval tags come from one greedy episode after every update (`--eval-interval`).
+        '''),
+        curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
+                     "Forward loss", "eval/x_pos", "intrinsic/reward_mean", "perf/steps_per_sec"]),
+        md("## Evaluation video"),
+        VIDEO,
+        md('''
+            ## Play a checkpoint
+
+            `mario/play.py` loads a checkpoint, plays one greedy episode (the tutorial's evaluation rule),
+            records the emulator's frames to an mp4 and prints the result. It refuses a checkpoint of another
+            game with a clear error.
+        '''),
+        code('''
+            play_mp4 = os.path.join(result["run_dir"], "play.mp4")
+            !{sys.executable} mario/play.py --checkpoint {result["checkpoint"]} --output {play_mp4} --max-steps {60 if QUICK else 5000}
+            display(Video(play_mp4, embed=True, width=384))
+        '''),
+        visualdl_md("Mario"),
+        print_cmd_cell(),
+    ]
+
+
+# ------------------------------------------------------------------ Montezuma
+def montezuma_notebook():
+    return [
+        md('''
+            # Montezuma's Revenge with PPO + RND (PaddlePaddle) / 蒙特祖玛的复仇：PPO + RND
+
+            The RND paper's recipe (Burda et al. 2018): sticky actions, two value heads, a non-episodic intrinsic
+            stream, RND on the latest frame with normalized observations, ext/int advantage weights 2/1. The
+            defaults of `montezuma/train.py` are the paper's (128 envs x 128 steps); RND needs hundreds of
+            millions of frames to leave the first rooms, so `QUICK = True` only checks the pipeline.
+        '''),
+        params_cell('''
+            NUM_ENVS = 2 if QUICK else 32  # the paper uses 128; 32 fits an AI Studio GPU machine's CPUs better
+        '''),
+        SETUP,
+        md('''
+            ## Train
+
+            Same as `!python montezuma/train.py --num-envs 32 --device gpu ...` (see `--help`).
+        '''),
+        code('''
+            from montezuma.train import main as train_montezuma
+
+            if QUICK:
+                flags = ["--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2", "--num-epochs", "1",
+                         "--num-global-steps", "64", "--obs-norm-steps", "2", "--eval-interval", "1",
+                         "--max-eval-steps", "50", "--video-interval", "1", "--histogram-interval", "1",
+                         "--embedding-interval", "1"]
+            else:
+                flags = ["--num-global-steps", "50000000", "--eval-interval", "20", "--video-interval", "20"]
+            run_name = "montezuma_rnd" + ("_quick" if QUICK else "")
+            result = train_montezuma(flags + ["--num-envs", str(NUM_ENVS), "--device", DEVICE, "--log-path", RUNS,
+                                              "--run-name", run_name])
+            print({k: v for k, v in result.items() if k != "eval"})
+        '''),
+        md('''
+            ## Curves
+
+            `episode/rooms` is the number of rooms an episode visited (the paper's exploration measure);
+            training episodes are 4,500 agent steps at most, so in quick mode none finishes.
+        '''),
+        curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
+                     "Forward loss", "eval/rooms", "intrinsic/reward_mean", "episode/rooms"]),
+        md("## Evaluation video"),
+        VIDEO,
+        md("## Play a checkpoint (`montezuma/play.py`: rooms visited and score)"),
+        code('''
+            play_mp4 = os.path.join(result["run_dir"], "play.mp4")
+            !{sys.executable} montezuma/play.py --checkpoint {result["checkpoint"]} --output {play_mp4} --max-steps {50 if QUICK else 4500}
+            display(Video(play_mp4, embed=True, width=320))
+        '''),
+        visualdl_md("Montezuma"),
+        print_cmd_cell(),
+    ]
+
+
+# ------------------------------------------------------------------ SND
+def snd_notebook():
+    return [
+        md('''
+            # SND variants: what the three target losses do / SND 三种目标网络训练方式
+
+            Self-supervised Network Distillation (Pecháč et al., arXiv 2302.11563) keeps RND's predictor but
+            *trains* the target with a self-supervised loss, so its features keep separating states:
+
+            * **SND-V**: contrastive. Pairs (s, s) should have feature distance 0, pairs (s, s') distance 1
+              (both members augmented: random conv, tile mask, noise).
+            * **SND-STD**: Spatio-Temporal DeepInfoMax on consecutive states: the global features of s<sub>t+1</sub>
+              must pick the local features of s<sub>t</sub> out of the batch (InfoNCE over bilinear scores).
+            * **SND-VIC**: VICReg on (s<sub>t</sub>, s<sub>t+1</sub>): invariance, variance hinge, covariance.
+
+            On a batch of real Mario frames (random actions) we measure each loss's quantity before and after a
+            few target steps. The same modules train inside `mario/train.py --intrinsic snd-v|snd-std|snd-vic`.
+        '''),
+        params_cell('''
+            NUM_FRAMES = 64                      # transitions in the batch
+            TARGET_STEPS = 6 if QUICK else 300   # target (and predictor) updates on that batch
+        '''),
+        SETUP,
+        md("## A batch of real frames"),
+        code('''
+            import numpy as np
+
+            from mario.env import make_env
+
+            rng = np.random.default_rng(0)
+            env = make_env(world=1, stage=1, action_type="simple")
+            obs = [env.reset()]
+            dones = []
+            for t in range(NUM_FRAMES):
+                # mostly right / right+jump so the frames move through the level
+                o, r, d, info = env.step(int(rng.choice([1, 2, 3, 4, 0, 5, 6], p=[.3, .25, .15, .1, .1, .05, .05])))
+                dones.append(float(d))
+                obs.append(env.reset() if d else o)
+            env.close()
+            obs = np.stack(obs)  # uint8 [NUM_FRAMES + 1, 4, 84, 84]
+            batch = {"obs": obs[:-1], "next_obs": obs[1:], "dones": np.array(dones, np.float32)}
+            print(batch["obs"].shape, "episode ends:", int(batch["dones"].sum()), "| Mario's x_pos at the end:", info["x_pos"])
+
+            import matplotlib.pyplot as plt
+
+            fig, axes = plt.subplots(1, 8, figsize=(16, 2.4))
+            for ax, i in zip(axes, np.linspace(0, NUM_FRAMES, 8).astype(int)):
+                ax.imshow(obs[i, -1], cmap="gray")
+                ax.set_title(f"t={i}")
+                ax.axis("off")
+            plt.show()
+        '''),
+        md('''
+            ## The three modules
+
+            Built exactly as the trainer builds them (`common.intrinsic.make_intrinsic` with the tutorial's RND
+            networks for Mario), observation normalizer fitted on the batch.
+        '''),
+        code('''
+            import paddle
+
+            from common.intrinsic import make_intrinsic
+            from common.intrinsic.augment import snd_v_augment
+            from common.intrinsic.snd import contrastive_pairs, stdim_scores, stdim_terms, vicreg_terms
+            from mario.rnd_model import make_rnd_networks
+
+            paddle.seed(0)
+            modules = {name: make_intrinsic(name, make_rnd_networks, (4, 84, 84), 4, lr=1e-4, update_proportion=0.25,
+                                            max_grad_norm=0.5, seed=0)
+                       for name in ("snd-v", "snd-std", "snd-vic")}
+            for m in modules.values():
+                m.observe(obs)
+
+            valid = batch["dones"] == 0  # consecutive pairs only (STD, VIC)
+            pair_rng_state = np.random.default_rng(1).bit_generator.state
+
+
+            @paddle.no_grad()
+            def measure(name, m):
+                """The quantity each loss acts on, on the fixed batch."""
+                out = {"novelty": m.reward(batch["next_obs"])}
+                if name == "snd-v":
+                    rng = np.random.default_rng(1)  # the same pairs and augmentations before and after
+                    ia, ib, tau = contrastive_pairs(NUM_FRAMES, rng)
+                    x = m.normalize(batch["obs"])
+                    za = m.target(snd_v_augment(paddle.gather(x, paddle.to_tensor(ia)), rng))
+                    zb = m.target(snd_v_augment(paddle.gather(x, paddle.to_tensor(ib)), rng))
+                    d = ((za - zb) ** 2).mean(axis=1).numpy()
+                    out.update(d_same=d[tau == 0], d_diff=d[tau == 1])
+                elif name == "snd-vic":
+                    z = m.target(m.normalize(batch["obs"][valid]))
+                    z1 = m.target(m.normalize(batch["next_obs"][valid]))
+                    out.update({k: float(v) for k, v in vicreg_terms(z, z1).items()})
+                else:
+                    n = int(valid.sum())
+                    z, fmap = m.target.forward_with_map(paddle.concat([m.normalize(batch["obs"][valid]),
+                                                                       m.normalize(batch["next_obs"][valid])]))
+                    gl, ll = stdim_scores(z[n:], fmap[:n], fmap[n:], m.heads.global_local, m.heads.local_local)
+                    # InfoNCE's view: per location, softmax over the candidates s_t of each anchor s_t+1; mean over locations
+                    out["p_gl"] = paddle.nn.functional.softmax(gl, axis=-1).mean(axis=0).numpy()  # [N, N]
+                    out.update({k: float(v) for k, v in stdim_terms(gl, ll, z[:n]).items()})
+                return out
+
+
+            before = {name: measure(name, m) for name, m in modules.items()}
+        '''),
+        md("## A few target steps on the batch"),
+        code('''
+            import time
+
+            history = {name: [] for name in modules}
+            for name, m in modules.items():
+                t0 = time.perf_counter()
+                for _ in range(TARGET_STEPS):
+                    history[name].append(m.update(batch))
+                print(f"{name}: {TARGET_STEPS} steps in {time.perf_counter() - t0:.1f} s, last losses",
+                      {k: round(v, 4) for k, v in history[name][-1].items()})
+            after = {name: measure(name, m) for name, m in modules.items()}
+
+            fig, axes = plt.subplots(1, 3, figsize=(15, 3.5))
+            for ax, name in zip(axes, modules):
+                for key in [k for k in history[name][0] if k.startswith("snd_target/")]:
+                    ax.plot([h[key] for h in history[name]], label=key.split("/")[1])
+                ax.plot([h["forward"] for h in history[name]], "k--", label="predictor (forward)")
+                ax.set_title(f"{name}: loss terms per target step")
+                ax.set_yscale("symlog", linthresh=1e-3)
+                ax.legend(fontsize=8)
+            plt.show()
+        '''),
+        md('''
+            ## SND-V: contrastive distances
+
+            d = mean squared feature difference of the two augmented members of a pair. Training pulls
+            same-state pairs towards 0 and different-state pairs towards 1.
+        '''),
+        code('''
+            fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+            for ax, (title, res) in zip(axes, [("before", before["snd-v"]), (f"after {TARGET_STEPS} steps", after["snd-v"])]):
+                bins = np.linspace(0, max(res["d_same"].max(), res["d_diff"].max(), 1.2), 30)
+                ax.hist(res["d_same"], bins, alpha=0.6, label=f"(s, s)   tau=0, mean {res['d_same'].mean():.3f}")
+                ax.hist(res["d_diff"], bins, alpha=0.6, label=f"(s, s') tau=1, mean {res['d_diff'].mean():.3f}")
+                ax.set_title(f"SND-V {title}")
+                ax.set_xlabel("feature distance d")
+                ax.legend(fontsize=8)
+            plt.show()
+        '''),
+        md('''
+            ## SND-VIC: VICReg terms
+
+            Invariance (consecutive states close), variance hinge (every feature keeps std >= 1 over the batch),
+            covariance (features decorrelated).
+        '''),
+        code('''
+            terms = ["invariance", "variance", "covariance"]
+            fig, ax = plt.subplots(figsize=(6, 3.2))
+            xs = np.arange(len(terms))
+            ax.bar(xs - 0.2, [before["snd-vic"][k] for k in terms], 0.4, label="before")
+            ax.bar(xs + 0.2, [after["snd-vic"][k] for k in terms], 0.4, label=f"after {TARGET_STEPS} steps")
+            ax.set_xticks(xs, terms)
+            ax.set_yscale("log")
+            ax.legend()
+            ax.set_title("SND-VIC terms on the batch")
+            plt.show()
+            print({k: (round(before["snd-vic"][k], 4), round(after["snd-vic"][k], 4)) for k in terms})
+        '''),
+        md('''
+            ## SND-STD: ST-DIM scores
+
+            The global-local bilinear scores of every anchor s<sub>t+1</sub> (rows) against every candidate
+            s<sub>t</sub> (columns), as InfoNCE sees them: a softmax over each row (per location, then averaged
+            over locations). Training raises the diagonal, the probability of the true predecessor, above
+            chance (1/N); neighbouring frames look alike, so the mass spreads along the diagonal band.
+        '''),
+        code('''
+            fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+            for ax, (title, res) in zip(axes, [("before", before["snd-std"]), (f"after {TARGET_STEPS} steps", after["snd-std"])]):
+                p = res["p_gl"]
+                im = ax.imshow(p, cmap="viridis")
+                fig.colorbar(im, ax=ax, fraction=0.046)
+                ax.set_title(f"{title}: mean p(diagonal) {np.diag(p).mean():.3f}, chance {1 / len(p):.3f}\\n"
+                             f"InfoNCE global-local {res['global_local']:.3f}", fontsize=9)
+                ax.set_xlabel("s_t (candidate)")
+                ax.set_ylabel("s_t+1 (anchor)")
+            fig.tight_layout()
+            plt.show()
+        '''),
+        md('''
+            ## Novelty (intrinsic reward) of the batch
+
+            The predictor is distilled from the moving target on a random 25% of each batch: the novelty of
+            frames it has seen falls, while the target's changing features keep it from vanishing entirely.
+        '''),
+        code('''
+            fig, ax = plt.subplots(figsize=(7, 3))
+            for name in modules:
+                ax.plot(before[name]["novelty"], alpha=0.4, label=f"{name} before (mean {before[name]['novelty'].mean():.3g})")
+                ax.plot(after[name]["novelty"], label=f"{name} after (mean {after[name]['novelty'].mean():.3g})")
+            ax.set_yscale("log")
+            ax.set_xlabel("t")
+            ax.legend(fontsize=7)
+            plt.show()
+        '''),
+        md('''
+            ## In a training run
+
+                !python mario/train.py --world 1 --stage 1 --intrinsic snd-v   # or snd-std, snd-vic
+
+            logs each variant's loss terms under `losses/snd_target/...` in VisualDL
+            (`visualdl --logdir runs --language en`, see `docs/visualdl.md`).
+        '''),
+    ]
+
+
+NOTEBOOKS = {
+    "mario_rnd_ppo.ipynb": mario_notebook,
+    "montezuma_rnd_ppo.ipynb": montezuma_notebook,
+    "snd_variants.ipynb": snd_notebook,
+}
+
+
+def build(name: str) -> nbformat.NotebookNode:
+    cells = NOTEBOOKS[name]()
+    stem = os.path.splitext(name)[0]
+    for i, cell in enumerate(cells):
+        cell.id = f"{stem[:40]}-{i:02d}"  # stable ids: regenerating does not churn the diff
+    nb = new_notebook(cells=cells, metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python", "version": "3.10"},
+    })
+    nbformat.validate(nb)
+    return nb
+
+
+def render(name: str) -> str:
+    return nbformat.writes(build(name)) + "\n"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    stale = []
+    for name in NOTEBOOKS:
+        path = os.path.join(HERE, name)
+        text = render(name)
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if "--check" in argv:
+            if old != text:
+                stale.append(name)
+        elif old != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            print("wrote", path)
+    if stale:
+        print("out of date (run python notebooks/make_notebooks.py):", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

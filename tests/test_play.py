@@ -1,0 +1,91 @@
+"""Eval videos written by training, and the play scripts run as a user runs them.
+
+Checkpoints come from the tiny real runs of the ``mario_run`` / ``montezuma_run``
+session fixtures. ``python <game>/play.py --checkpoint ...`` runs as a subprocess;
+its mp4 is read back with imageio and its printed result parsed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+import pytest
+
+from common.logger import read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def count_frames(path):
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        n, shape = 0, None
+        for frame in reader:
+            n, shape = n + 1, frame.shape
+        return n, shape
+    finally:
+        reader.close()
+
+
+def play(game, *args):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, os.path.join(ROOT, game, "play.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_eval_videos_every_update(mario_run):
+    runs, _ = mario_run
+    run_dir = runs / "mario_short"
+    assert sorted(os.listdir(run_dir / "videos")) == ["eval_000001.mp4", "eval_000002.mp4"]
+    lengths = dict(zip(*read_metrics(str(run_dir))["eval/length"]))  # global step -> agent steps
+    for update in (1, 2):
+        frames, shape = count_frames(str(run_dir / "videos" / f"eval_{update:06d}.mp4"))
+        steps = int(lengths[32 * update])
+        assert shape == (240, 256, 3)
+        # every emulator frame (4 per agent step, fewer if the last step ended the episode) + the reset frame
+        assert 4 * (steps - 1) + 2 <= frames <= 4 * steps + 1, (frames, steps)
+
+
+def test_mario_play_script(mario_run, tmp_path):
+    runs, result = mario_run
+    out = tmp_path / "mario.mp4"
+    proc = play("mario", "--checkpoint", result["checkpoint"], "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("mario 1-1 (update 2):"), line
+    got = {k: float(v) for k, v in re.findall(r"(return|steps|x_pos|flag) (-?[\d.]+)", line)}
+    assert got["flag"] in (0, 1) and f"video {out}" in line
+    # The emulator and the greedy policy are deterministic: the same episode as the run's last eval
+    # (update 2, same checkpoint, the run's --max-eval-steps 40).
+    m = read_metrics(str(runs / "mario_short"))
+    assert got["steps"] == m["eval/length"][1][-1] and got["x_pos"] == m["eval/x_pos"][1][-1]
+    assert got["return"] == pytest.approx(m["eval/return"][1][-1], abs=1e-3)
+    frames, shape = count_frames(str(out))
+    assert shape == (240, 256, 3) and 4 * (got["steps"] - 1) + 2 <= frames <= 4 * got["steps"] + 1
+
+
+def test_montezuma_play_script(montezuma_run, tmp_path):
+    _, result = montezuma_run
+    out = tmp_path / "mz.mp4"
+    proc = play("montezuma", "--checkpoint", result["checkpoint"], "--output", str(out), "--max-steps", "20")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("montezuma level1 (update 1):"), line
+    rooms = float(re.search(r"rooms (\S+?),", line).group(1))
+    assert rooms >= 1 and re.search(r"score \d", line) and f"video {out}" in line
+    frames, shape = count_frames(str(out))
+    assert shape == (210, 160, 3) and frames > 20
+
+
+@pytest.mark.parametrize("game, other", [("mario", "montezuma"), ("montezuma", "mario")])
+def test_play_refuses_a_checkpoint_of_the_other_game(game, other, mario_run, montezuma_run, tmp_path):
+    result = {"mario": mario_run, "montezuma": montezuma_run}[other][1]
+    main = __import__(f"{game}.play", fromlist=["main"]).main
+    with pytest.raises(SystemExit) as e:
+        main(["--checkpoint", result["checkpoint"], "--output", str(tmp_path / "x.mp4")])
+    msg = str(e.value.code)
+    assert msg.startswith("error: ") and f"written by game {other!r}; this is {game!r}" in msg
+    assert not (tmp_path / "x.mp4").exists()
