@@ -22,6 +22,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from common.fast_ops import run_sequential
 from common.intrinsic.networks import param_attrs
 from gridworld.env import CHANNEL_SIZES
 
@@ -61,5 +62,5 @@ class GridPolicy(nn.Layer):
         self.critic_int = _head(1, gain=1.0)
 
     def forward(self, x):
-        h = paddle.flatten(self.features(one_hot_codes(x, self.channel_sizes)), 1)  # [B, 64] for 7x7
+        h = paddle.flatten(run_sequential(self.features, one_hot_codes(x, self.channel_sizes)), 1)  # [B, 64], fused conv+ReLU
         return self.actor(h), self.critic_ext(h).squeeze(-1), self.critic_int(h).squeeze(-1)

@@ -40,7 +40,8 @@ def _batch(rng, n=24, actions=7):
 
 
 def _grads(layer):
-    return {p.name: p.grad.numpy().copy() for p in layer.parameters() if p.grad is not None}
+    """Gradients by structured name (generated parameter names differ between two builds)."""
+    return {k: p.grad.numpy().copy() for k, p in layer.named_parameters() if p.grad is not None}
 
 
 def _ppo_and_rnd_step(batch):
