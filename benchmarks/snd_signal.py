@@ -60,6 +60,7 @@ def summarise(group_dir):
         out[variant] = {"steps": steps.tolist(), "raw": vals.tolist(), "first": float(vals[0]),
                         "last": float(vals[-1]), "ratio": float(vals[-1] / vals[0]) if vals[0] else float("nan"),
                         "min_ratio": float(vals.min() / vals[0]) if vals[0] else float("nan"),
+                        "ratio3": float(vals[-3:].mean() / vals[:3].mean()),
                         "updates": int(len(vals))}
         if "episode/x_pos" in m:
             out[variant]["x_pos_max"] = float(m["episode/x_pos"][1].max())
@@ -113,15 +114,13 @@ def plot(group_dir, args):
              f"{cfg.get('num_global_steps')} agent steps per run; other flags at their defaults "
              "(int-coef 0.5, update-proportion 0.25, obs-norm-steps 128).", "",
              "![normalised raw intrinsic reward](snd_signal.png)", "",
-             "| variant | updates | first | last | last/first | min/first | wall (s) | max x_pos |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 | wall (s) | max x_pos |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for variant, s in summary.items():
         wall = runs.get(variant, {}).get("wall_s")
+        wall = "-" if wall is None else f"{wall:.0f}"
         lines.append(f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
-                     f"{s['min_ratio']:.3f} | {wall:.0f} | {s.get('x_pos_max', float('nan')):.0f} |"
-                     if wall is not None else
-                     f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
-                     f"{s['min_ratio']:.3f} | - | {s.get('x_pos_max', float('nan')):.0f} |")
+                     f"{s['min_ratio']:.3f} | {s['ratio3']:.3f} | {wall} | {s.get('x_pos_max', float('nan')):.0f} |")
     lines += ["", "Commands:", "", "```bash"]
     lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
     lines += ["```", "", "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
@@ -134,7 +133,8 @@ def plot(group_dir, args):
         json.dump({v: {k: x for k, x in s.items() if k not in ("steps", "raw")} for v, s in summary.items()},
                   f, indent=1)
     for variant, s in summary.items():
-        print(f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f}")
+        print(f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f} "
+              f"last3/first3 {s['ratio3']:.3f} min/first {s['min_ratio']:.3f}")
     return summary
 
 
