@@ -71,7 +71,9 @@ class TrainConfig:
     int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
     update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
     snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
-    intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic networks (0: same as --lr)")
+    intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic predictor (0: same as --lr)")
+    target_lr: float = arg(0.0, "learning rate of the SND target network (0: same as the predictor's); "
+                                "RND's target is frozen and ignores it")
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")
 
@@ -108,6 +110,7 @@ class TrainConfig:
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(self.lr > 0, "lr", self.lr, "a positive learning rate")
         need(self.intrinsic_lr >= 0, "intrinsic-lr", self.intrinsic_lr, "0 or a positive learning rate")
+        need(self.target_lr >= 0, "target-lr", self.target_lr, "0 or a positive learning rate")
         for name in ("gamma", "tau", "int_gamma"):
             need(0.0 <= getattr(self, name) <= 1.0, name.replace("_", "-"), getattr(self, name), "a value in [0, 1]")
         need(0.0 < self.update_proportion <= 1.0, "update-proportion", self.update_proportion, "a value in (0, 1]")

@@ -65,7 +65,8 @@ class Trainer:
         self.intrinsic = make_intrinsic(
             cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
-            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs)
+            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
+            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
