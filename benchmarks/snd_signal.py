@@ -68,6 +68,10 @@ def summarise(group_dir):
     return out
 
 
+def _ratios(summary, variants):
+    return ", ".join(f"{v}: {summary[v]['ratio3']:.3f}" for v in variants)
+
+
 def plot(group_dir, args):
     import matplotlib
 
@@ -121,7 +125,39 @@ def plot(group_dir, args):
         wall = "-" if wall is None else f"{wall:.0f}"
         lines.append(f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
                      f"{s['min_ratio']:.3f} | {s['ratio3']:.3f} | {wall} | {s.get('x_pos_max', float('nan')):.0f} |")
-    lines += ["", "Commands:", "", "```bash"]
+    lines += ["", "## What this shows", ""]
+    if "rnd" in summary:
+        rnd = summary["rnd"]
+        above = [v for v in summary if v != "rnd" and summary[v]["ratio3"] > rnd["ratio3"]]
+        below = [v for v in summary if v != "rnd" and summary[v]["ratio3"] <= rnd["ratio3"]]
+        lines.append(f"- Over these {rnd['updates']} updates RND's raw signal ends at {rnd['ratio']:.3f} of its first "
+                     f"value ({rnd['ratio3']:.3f} comparing the mean of the last 3 updates with the first 3).")
+        if below:
+            lines.append(f"- {', '.join(below)} end *lower* relative to their start than RND "
+                         f"({_ratios(summary, below)}): "
+                         "in this window the SND signal does not stay up while RND's decays.")
+        if above:
+            lines.append(f"- {', '.join(above)} stay higher relative to their start than RND "
+                         f"({_ratios(summary, above)}).")
+    same_first = len({round(s["first"], 6) for s in summary.values()}) == 1
+    lines += [
+        "- The first value is the rollout collected before any update"
+        + (" and is identical for all variants (same seed: policy, environments and initial networks coincide)"
+           if same_first else "")
+        + "; the large drop from update 1 to 2 is the predictor's initial fit, so last/first mostly measures that fit."
+        " The last-3/first-3 column and the curve from update 2 on are the better guide.",
+        "- Raw rewards are squared distances in each module's target feature space. SND trains its target, so its "
+        "feature scale moves (e.g. SND-STD/VICReg regularisers shrink or spread the features); a falling SND curve "
+        "can reflect a rescaled target as well as a better predictor. The trainer normalises the intrinsic reward by "
+        "a running std of intrinsic returns before PPO uses it, so the raw scale is not what the agent sees.",
+        "- One seed and a few thousand agent steps: the curves are noisy (they move with which parts of the level the "
+        "rollouts reach) and say nothing about the long-run behaviour the SND paper reports (millions of steps).",
+    ]
+    lines += ["", "Driver (runs the four commands below one after the other, then writes this page):", "", "```bash",
+              f"python benchmarks/snd_signal.py --num-processes {cfg.get('num_processes')} --num-local-steps "
+              f"{cfg.get('num_local_steps')} --num-epochs {cfg.get('num_epochs')} --batch-size {cfg.get('batch_size')} "
+              f"--num-global-steps {cfg.get('num_global_steps')} --seed {cfg.get('seed')} "
+              f"--log-path {os.path.relpath(group_dir, ROOT)}", "```", "", "Commands:", "", "```bash"]
     lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
     lines += ["```", "", "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
               f"{os.path.relpath(group_dir, ROOT)}`", ""]

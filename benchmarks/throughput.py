@@ -13,7 +13,13 @@ another, so that they see the same machine; on a shared machine the ratios are w
 
 End-to-end rate = agent steps / (collection + update + evaluation time), from the first
 rollout to the end of the last update's evaluation (start-up and the observation-normalizer
-warm-up are reported apart). Peak RSS is summed over the trainer and its env workers
+warm-up are reported apart). The steady-state rate leaves out the wait for the last
+update's background eval (in a longer run the next update overlaps it); for the tutorial
+and the in-process eval it equals the end-to-end rate. With the default background eval (``--eval-in-background``) the
+project's "eval" time is what the training loop spends on evals (snapshot, hand-over, waiting
+for the eval process), and "ms per eval step" is the episode's time in the eval process.
+``--project-args '--no-eval-in-background --num-threads 1'`` measures the in-process path.
+Peak RSS is summed over the trainer and its env workers
 (psutil, sampled every 0.2 s).
 
     python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (~10-15 min)
@@ -47,7 +53,7 @@ def child_project(game: str, argv: list[str], out: str) -> None:
     cfg = parse_config(SPEC.config_cls, argv)
     t_start = time.perf_counter()
     tr = Trainer(SPEC, cfg)
-    phases = {"collect": [], "update": [], "eval": [], "eval_steps": [], "warmup": 0.0}
+    phases = {"collect": [], "update": [], "eval": [], "eval_steps": [], "eval_episode": [], "warmup": 0.0}
     marks = {}
 
     def timed(name, fn):
@@ -57,11 +63,27 @@ def child_project(game: str, argv: list[str], out: str) -> None:
                 marks["first"] = t
             r = fn(*a, **k)
             phases[name].append(time.perf_counter() - t)
-            if name == "eval":
-                phases["eval_steps"].append(int(r.get("length", 0)))
-            marks["last"] = time.perf_counter()
+            marks["last"] = marks[f"last_{name}"] = time.perf_counter()
             return r
         return wrapper
+
+    orig_log_eval = tr._log_eval
+
+    def log_eval(ev, *a, **k):  # every eval result, in the trainer or from the eval process
+        phases["eval_steps"].append(int(ev["length"]))
+        if "seconds" in ev:
+            phases["eval_episode"].append(ev["seconds"])
+        orig_log_eval(ev, *a, **k)
+        marks["last"] = time.perf_counter()
+
+    tr._log_eval = log_eval
+    orig_run_eval = tr._run_eval
+
+    def run_eval():  # in the background: returns once the eval is handed over
+        orig_run_eval()
+        marks["handed_over"] = time.perf_counter()
+
+    tr._run_eval = run_eval
 
     orig_norm = tr.init_obs_normalizer
 
@@ -74,9 +96,13 @@ def child_project(game: str, argv: list[str], out: str) -> None:
     tr.init_obs_normalizer = warm
     tr.collect = timed("collect", tr.collect)
     tr.learn = timed("update", tr.learn)
-    tr.evaluate = timed("eval", tr.evaluate)
     tr.train()
+    # the training loop's time on evals: the whole episode in the trainer, or (eval_in_background) the
+    # snapshot, the hand-over and any wait for the eval process
+    phases["eval"] = [tr.eval_seconds]
     phases["loop"] = marks["last"] - marks["first"]
+    # steady state: without the wait for the last update's eval, which the next update would overlap
+    phases["loop_steady"] = max(marks.get("handed_over", marks["last"]), marks["last_update"]) - marks["first"]
     phases["steps"] = tr.global_step
     phases["startup"] = time.perf_counter() - t_start - phases["loop"] - phases["warmup"]
     with open(out, "w") as f:
@@ -167,6 +193,8 @@ def main(argv=None):
                    help="Mario rollout length per env, equal for both (the tutorial's is 512)")
     p.add_argument("--montezuma-updates", type=int, default=3)
     p.add_argument("--env-steps", type=int, default=300, help="vector steps for each env-only ceiling")
+    p.add_argument("--project-args", default="", help="extra trainer flags for the project's runs, e.g. "
+                   "'--no-eval-in-background --num-threads 1'")
     p.add_argument("--skip", nargs="*", default=[], choices=["env", "tutorial", "mario", "montezuma"])
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "--child":  # internal: one measured pipeline in this subprocess
@@ -197,7 +225,7 @@ def main(argv=None):
                                           "--num-local-steps", str(L), "--json"], "tutorial baseline (Mario)")
         res["tutorial"] = {k: [t[k] for t in out] for k in ("collect", "update", "eval", "eval_steps", "steps")}
     common = ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0", "--save-interval", "0",
-              "--log-path", tempfile.mkdtemp(prefix="throughput_runs_")]
+              "--log-path", tempfile.mkdtemp(prefix="throughput_runs_"), *a.project_args.split()]
     if "mario" not in a.skip:
         res["mario"], rss["mario"] = run_child(
             [me, "--child", "project", "mario", "--num-local-steps", str(L), "--num-global-steps", str(6 * L * U),
@@ -222,12 +250,15 @@ def main(argv=None):
         t, m = res["tutorial"], res["mario"]
         n = 6 * L * U
         rows.append(("Mario end to end, steps/s", rate(t), n / m["loop"]))
+        rows.append(("Mario steady state, steps/s", rate(t), n / m["loop_steady"]))
         rows.append(("Mario collection, steps/s", n / sum(t["collect"]), n / sum(m["collect"])))
         rows.append(("Mario update phase, s per update", sum(t["update"]) / U, sum(m["update"]) / len(m["update"])))
-        rows.append(("Mario greedy eval, s per update", sum(t["eval"]) / U, sum(m["eval"]) / len(m["eval"])))
-        rows.append(("Mario eval steps per episode", sum(t["eval_steps"]) / U, sum(m["eval_steps"]) / len(m["eval_steps"])))
+        n_eval = max(1, len(m["eval_steps"]))
+        rows.append(("Mario greedy eval, s per update", sum(t["eval"]) / U, sum(m["eval"]) / n_eval))
+        rows.append(("Mario eval steps per episode", sum(t["eval_steps"]) / U, sum(m["eval_steps"]) / n_eval))
+        episode = m["eval_episode"] or m["eval"]  # in the background: the episode's time in the eval process
         rows.append(("Mario eval, ms per eval step", 1e3 * sum(t["eval"]) / sum(t["eval_steps"]),
-                     1e3 * sum(m["eval"]) / max(1, sum(m["eval_steps"]))))
+                     1e3 * sum(episode) / max(1, sum(m["eval_steps"]))))
         print(f"{'':38s} {'tutorial':>10s} {'project':>10s} {'ratio':>7s}")
         for name, x, y in rows:
             lower_better = "s per" in name or "ms per" in name
@@ -245,8 +276,9 @@ def main(argv=None):
         mt = res["mont"]
         c = 1024 * len(mt["collect"]) / sum(mt["collect"])
         print(f"Montezuma 8x128, 4x4: end to end {mt['steps'] / mt['loop']:.1f} agent steps/s "
+              f"(steady state {mt['steps'] / mt['loop_steady']:.1f}) "
               f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
-              f"{len(mt['eval'])} eval(s) {sum(mt['eval']):.1f} s)")
+              f"{len(mt['eval_steps'])} eval(s), {sum(mt['eval']):.1f} s of the loop)")
         if "env_mont" in res:
             print(f"Montezuma collection vs env-only (2 workers x 4 envs): {c:.1f} / {res['env_mont']['rate']:.1f} "
                   f"= {c / res['env_mont']['rate']:.2f}")

@@ -28,6 +28,9 @@ class TrainConfig:
     # --- run -------------------------------------------------------------------------
     seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
     device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    num_threads: int = arg(0, "Paddle CPU math threads for the batched work between rollouts (update, rollout "
+                              "intrinsic rewards); 1 during collection, where the env workers use the cores "
+                              "(0: os.cpu_count())")
     log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
                                 "videos and checkpoints into log_path/run_name")
     run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")
@@ -37,6 +40,9 @@ class TrainConfig:
     save_interval: int = arg(50, "save a checkpoint every this many updates")
     eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
     video_interval: int = arg(10, "record the evaluation episode to mp4 every this many updates (0: never)")
+    eval_in_background: bool = arg(True, "play the evaluation episode in a separate process with a snapshot of the "
+                                          "policy while the next update runs (results are logged at the evaluated "
+                                          "update's step when they arrive); off: in the trainer, blocking")
     max_actions: int = arg(512, "evaluation stops when the greedy policy repeats one action this many times")
     max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
     histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
@@ -108,6 +114,7 @@ class TrainConfig:
                      "embedding_interval", "obs_norm_steps"):
             need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
+        need(self.num_threads >= 0, "num-threads", self.num_threads, "0 (all CPUs) or a positive integer")
         need(self.lr > 0, "lr", self.lr, "a positive learning rate")
         need(self.intrinsic_lr >= 0, "intrinsic-lr", self.intrinsic_lr, "0 or a positive learning rate")
         need(self.target_lr >= 0, "target-lr", self.target_lr, "0 or a positive learning rate")

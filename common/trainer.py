@@ -13,9 +13,12 @@ aborts at once.
 from __future__ import annotations
 
 import collections
+import contextlib
+import copy
 import math
 import os
 import signal
+import sys
 import time
 import warnings
 
@@ -31,6 +34,7 @@ from common import logger as tags  # noqa: E402
 from common.buffer import RolloutBuffer  # noqa: E402
 from common.checkpoint import (CheckpointError, check_compatible, load_checkpoint, optimizer_state,  # noqa: E402
                                save_checkpoint, set_optimizer_state)
+from common.evaluator import BackgroundEvaluator  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
@@ -62,11 +66,12 @@ class Trainer:
         self.policy = spec.make_policy(cfg, self.obs_shape, self.num_actions)
         self.ppo = PPO(self.policy, lr=cfg.lr, epsilon=cfg.epsilon, beta=cfg.beta, vf_coef=cfg.vf_coef,
                        max_grad_norm=cfg.max_grad_norm, value_loss=cfg.value_loss, norm_adv=cfg.norm_adv)
-        self.intrinsic = make_intrinsic(
+        self._new_intrinsic = lambda: make_intrinsic(  # noqa: E731 - also builds the background eval's copy
             cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
             max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
             target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
+        self.intrinsic = self._new_intrinsic()
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
@@ -82,6 +87,11 @@ class Trainer:
         self.visited: set = set()                    # e.g. every Montezuma room any episode of the run reached
         self._stop_signal = None
         self._eval_env = None
+        self.evaluator = None        # the eval process (eval_in_background), started at the first eval
+        self._eval_pending = None    # the state the running background eval plays (kept for the success checkpoint)
+        self._eval_intrinsic_module = None  # that state's intrinsic module, for the eval's intrinsic reward
+        self.last_eval = None        # the latest logged eval result
+        self.eval_seconds = 0.0      # time the training loop spent on evals (background: waiting for them)
         if cfg.resume:
             self.load(cfg.resume)
         cfg.to_json(os.path.join(self.run_dir, "config.json"))
@@ -152,6 +162,23 @@ class Trainer:
         print(f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
               "(press Ctrl-C again to abort without saving)", flush=True)
 
+    @contextlib.contextmanager
+    def math_threads(self):
+        """All of Paddle's CPU math threads (``num_threads``) for batched work between rollouts, 1 after it.
+
+        During collection the env workers need the cores, and the batch-N policy forward
+        gains nothing from more threads.
+        """
+        n = self.cfg.num_threads or os.cpu_count() or 1
+        if n == 1 or self.cfg.device != "cpu":
+            yield
+            return
+        paddle.base.core.set_num_threads(n)
+        try:
+            yield
+        finally:
+            paddle.base.core.set_num_threads(1)
+
     # ------------------------------------------------------------------ phases
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
         """Random-agent warm-up of the intrinsic module's observation normalizer (RND)."""
@@ -220,8 +247,28 @@ class Trainer:
         return {k: v / count for k, v in sums.items()}
 
     # ------------------------------------------------------------------ evaluation
+    def _eval_seed(self) -> int:
+        return self.cfg.seed + 7919 * (self.update + 1)
+
+    def _eval_intrinsic(self, stacks: np.ndarray, state: dict | None = None) -> float:
+        """Summed intrinsic reward of an eval episode's s_1 .. s_L, in one batched pass.
+
+        ``state``: a snapshot's intrinsic-module state (a background eval's result arrives after
+        later updates changed the live module); the reward is then computed with a copy of the module.
+        """
+        if len(stacks) <= 1:
+            return 0.0
+        module = self.intrinsic
+        if state is not None:
+            if self._eval_intrinsic_module is None:
+                self._eval_intrinsic_module = self._new_intrinsic()
+            module = self._eval_intrinsic_module
+            module.set_state_dict(state)
+        return float(module.reward(stacks[1:]).sum())
+
     def evaluate(self, record_path: str | None = None) -> dict:
-        """One greedy episode (the tutorial's rule: stop when one action repeats ``max_actions`` times)."""
+        """One greedy episode in this process (the tutorial's rule: stop when one action repeats ``max_actions``
+        times). ``eval_in_background`` plays the same episode in the eval process instead."""
         cfg = self.cfg
         if record_path:
             env = self.spec.env_factory(cfg, record_path)()
@@ -231,12 +278,12 @@ class Trainer:
             env = self._eval_env
         rgb = []  # a few RGB screens of the episode, for the eval/frames strip
         try:
-            stacks, ret, steps, info = greedy_episode(self.policy, env, cfg.seed + 7919 * (self.update + 1),
+            stacks, ret, steps, info = greedy_episode(self.policy, env, self._eval_seed(),
                                                       cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb)
         finally:
             if record_path:
                 env.close()
-        int_reward = float(self.intrinsic.reward(stacks[1:]).sum()) if len(stacks) > 1 else 0.0
+        int_reward = self._eval_intrinsic(stacks)
         strip = frame_strip(stacks, rgb)  # 8 moments of the episode side by side (RGB screens when the env has them)
         return {"return": ret, "length": steps, "intrinsic": int_reward, "info": info, "strip": strip,
                 "video": record_path}
@@ -313,11 +360,13 @@ class Trainer:
                     break
                 obs, episodes = collected
                 last_ext, last_int = self.ppo.values(obs)
-                raw_int = self.intrinsic_rewards()
+                with self.math_threads():
+                    raw_int = self.intrinsic_rewards()
                 self.buffer.compute_returns_and_advantages(last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma,
                                                            cfg.ext_coef, cfg.int_coef)
                 t1 = time.perf_counter()
-                losses = self.learn()
+                with self.math_threads():
+                    losses = self.learn()
                 t2 = time.perf_counter()
                 if losses is None:
                     self._nonfinite()
@@ -329,12 +378,17 @@ class Trainer:
                 if embed:
                     self._log_embeddings()
                 if cfg.eval_interval and self.update % cfg.eval_interval == 0:
-                    result["eval"] = self._run_eval()
+                    self._run_eval()
                 if cfg.save_interval and self.update % cfg.save_interval == 0:
                     self.save()
                 self.buffer.finish()
+                self.wait_eval(block=False)
                 bar.update(cfg.rollout_size)
                 bar.set_postfix_str(self._progress_text(losses))
+            if self._stop_signal is None:
+                self.wait_eval()  # the last update's eval (its success checkpoint comes before the final one)
+            elif self.evaluator is not None:
+                self._cancel_eval()
             if self.saved_update != self.update:  # the final state is always on disk
                 self.save()
             self._final_hparams()
@@ -343,6 +397,8 @@ class Trainer:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             self.close()
+        if self.last_eval is not None:
+            result["eval"] = self.last_eval
         result.update(update=self.update, global_step=self.global_step, checkpoint=self.last_checkpoint,
                       run_dir=self.run_dir, stopped_by_signal=self._stop_signal is not None)
         return result
@@ -358,23 +414,68 @@ class Trainer:
                 f"{self.nan_streak} consecutive updates had a NaN/inf loss; stopping. Last good checkpoint: {where}. "
                 "Try a lower --lr or check the rewards.")
 
-    def _run_eval(self) -> dict:
+    def _run_eval(self) -> None:
+        """The greedy episode after this update: played here, or handed to the eval process.
+
+        In the background (``eval_in_background``) the eval process gets a copy of the policy
+        weights and plays while the next update runs; the trainer keeps a copy of its whole state
+        until the result arrives, so a "level solved" checkpoint holds the policy that solved it.
+        At most one eval is in flight: the previous one is waited for, so every update is evaluated.
+        """
         cfg = self.cfg
+        t = time.perf_counter()
         record = None
         if cfg.video_interval and self.update % cfg.video_interval == 0:
             record = os.path.join(self.run_dir, "videos", f"eval_{self.update:06d}.mp4")
-        ev = self.evaluate(record)
+        if not cfg.eval_in_background:
+            self._log_eval(self.evaluate(record), self.update, self.global_step)
+        else:
+            self.wait_eval()
+            if self.evaluator is None:
+                self.evaluator = BackgroundEvaluator(spec_module(self.spec), cfg.to_dict())
+            snapshot = _copy_state(self.state_dict())
+            weights = {k: v.numpy() for k, v in snapshot["policy"].items()}
+            self.evaluator.submit(weights, self._eval_seed(), record)
+            self._eval_pending = snapshot
+        self.eval_seconds += time.perf_counter() - t
+
+    def wait_eval(self, block: bool = True) -> None:
+        """Log the background eval's result if it has arrived (``block``: wait for it)."""
+        if self._eval_pending is None:
+            return
+        t = time.perf_counter()
+        ev = self.evaluator.wait() if block else self.evaluator.poll()
+        if ev is not None:
+            snapshot, self._eval_pending = self._eval_pending, None
+            with self.math_threads():
+                ev["intrinsic"] = self._eval_intrinsic(ev.pop("stacks"), snapshot["intrinsic"])
+            self._log_eval(ev, snapshot["update"], snapshot["global_step"], snapshot)
+        self.eval_seconds += time.perf_counter() - t
+
+    def _cancel_eval(self) -> None:
+        self._eval_pending = None
+        self.evaluator.close(cancel=True)
+        self.evaluator = None
+
+    def _log_eval(self, ev: dict, update: int, step: int, snapshot: dict | None = None) -> None:
+        """Log an eval of the policy after ``update`` at that update's steps; save it if it solved the level."""
         lg = self.logger
-        lg.scalar(tags.EVAL_EXTRINSIC, ev["return"], self.update)
-        lg.scalar(tags.EVAL_INTRINSIC, ev["intrinsic"], self.update)
-        lg.scalar("eval/return", ev["return"], self.global_step)
-        lg.scalar("eval/length", ev["length"], self.global_step)
-        lg.scalars("eval", self.spec.episode_metrics(ev["info"]), self.global_step)
-        lg.image(tags.EVAL_FRAMES, ev["strip"], self.update)
+        lg.scalar(tags.EVAL_EXTRINSIC, ev["return"], update)
+        lg.scalar(tags.EVAL_INTRINSIC, ev["intrinsic"], update)
+        lg.scalar("eval/return", ev["return"], step)
+        lg.scalar("eval/length", ev["length"], step)
+        lg.scalars("eval", self.spec.episode_metrics(ev["info"]), step)
+        lg.image(tags.EVAL_FRAMES, ev["strip"], update)
         if self.spec.eval_success(ev["info"]):
-            path = self.save(self.spec.checkpoint_name(cfg, None))
-            tqdm_write(f"level solved by the greedy policy at update {self.update}: saved {path}")
-        return {k: v for k, v in ev.items() if k != "strip"}
+            name = self.spec.checkpoint_name(self.cfg, None)
+            if snapshot is None:
+                path = self.save(name)
+            else:
+                path = self.last_checkpoint = save_checkpoint(os.path.join(self.saved_path, name), snapshot)
+                if update == self.update:
+                    self.saved_update = update
+            tqdm_write(f"level solved by the greedy policy at update {update}: saved {path}")
+        self.last_eval = {k: v for k, v in ev.items() if k != "strip"}
 
     def _progress_text(self, losses) -> str:
         lg = self.logger.last
@@ -396,6 +497,8 @@ class Trainer:
         return list(self.recent[-1].keys()) if self.recent else []
 
     def close(self):
+        if self.evaluator is not None:
+            self._cancel_eval()
         if self.envs is not None:
             self.envs.close()
         if self._eval_env is not None:
@@ -403,6 +506,47 @@ class Trainer:
             self._eval_env = None
         if hasattr(self, "logger"):
             self.logger.close()
+
+
+def _copy_state(obj):
+    """A copy of a (nested) state dict that later training steps cannot change."""
+    if isinstance(obj, paddle.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if isinstance(obj, dict):
+        return {k: _copy_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copy_state(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def spec_module(spec: GameSpec) -> str:
+    """The importable module that defines ``spec`` as ``SPEC`` (``mario.train``), for the eval process.
+
+    Found from the spec's ``make_policy``; when that is the running script (``python mario/train.py``),
+    from the script's path under the first ``sys.path`` entry that reaches it through packages.
+    """
+    name = spec.make_policy.__module__
+    if name != "__main__":
+        return name
+    main = sys.modules["__main__"]
+    if getattr(main, "__spec__", None) is not None and main.__spec__.name:  # python -m mario.train
+        return main.__spec__.name
+    path = os.path.splitext(os.path.abspath(main.__file__))[0]
+    best = None
+    for root in sys.path:
+        root = os.path.abspath(root or os.curdir)
+        if not path.startswith(root + os.sep):
+            continue
+        parts = os.path.relpath(path, root).split(os.sep)
+        if all(os.path.isfile(os.path.join(root, *parts[:i], "__init__.py")) for i in range(1, len(parts))):
+            if best is None or len(parts) > len(best):
+                best = parts
+    if best is None:
+        raise RuntimeError(f"cannot find an importable module name for {main.__file__}; "
+                           "run with --no-eval-in-background")
+    return ".".join(best)
 
 
 def tqdm_write(msg: str) -> None:

@@ -117,3 +117,50 @@ def test_tiny_training_run(tmp_path, intrinsic):
     assert "perf/steps_per_sec" in metrics and "eval/return" in metrics
     if intrinsic != "none":
         assert np.all(np.isfinite(metrics["intrinsic/raw_reward_mean"][1]))
+
+
+def test_play_records_the_greedy_episode(tmp_path):
+    from common.trainer import Trainer
+    from gridworld.play import main as play_main
+    from gridworld.train import SPEC, GridConfig
+
+    cfg = GridConfig(intrinsic="none", num_processes=2, num_local_steps=8, batch_size=1, num_epochs=1,
+                     num_global_steps=16, eval_interval=0, video_interval=0, save_interval=0,
+                     histogram_interval=0, log_path=str(tmp_path), run_name="p", seed=2)
+    ckpt = Trainer(SPEC, cfg).train()["checkpoint"]
+    out = tmp_path / "play.mp4"
+    result = play_main(["--checkpoint", ckpt, "--output", str(out), "--max-steps", "20"])
+    assert out.exists() and result["steps"] <= 20 and "success" in result
+
+
+def test_norm_adv_makes_the_loss_invariant_to_the_advantage_scale():
+    import paddle
+
+    from common.ppo import PPO
+    from gridworld.model import GridPolicy
+
+    paddle.seed(0)
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.integers(0, 3, (8, 3, 7, 7)).astype(np.uint8), "actions": rng.integers(0, 7, 8),
+             "log_probs": np.full(8, -np.log(7), np.float32) + rng.normal(0, 0.1, 8).astype(np.float32),
+             "advantages": rng.normal(0, 1, 8).astype(np.float32),
+             "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
+    ppo = PPO(GridPolicy(7), lr=1e-3, epsilon=0.2, beta=0.0, vf_coef=0.0, max_grad_norm=0.5, norm_adv=True)
+    a = float(ppo.loss(batch)[0])
+    b = float(ppo.loss({**batch, "advantages": batch["advantages"] * 100 + 5})[0])
+    assert abs(a - b) < 1e-4
+    raw = PPO(GridPolicy(7), lr=1e-3, epsilon=0.2, beta=0.0, vf_coef=0.0, max_grad_norm=0.5)
+    raw.policy.set_state_dict(ppo.policy.state_dict())
+    assert abs(float(raw.loss({**batch, "advantages": batch["advantages"] * 100})[0]) - a) > 1e-3
+
+
+def test_config_flags_have_help_and_round_trip():
+    import dataclasses
+
+    from common.config import parse_config
+    from gridworld.train import GridConfig
+
+    cfg = parse_config(GridConfig, ["--env-id", "MiniGrid-DoorKey-8x8-v0", "--no-norm-adv", "--snd-max-pairs", "64"])
+    assert cfg.env_id == "MiniGrid-DoorKey-8x8-v0" and not cfg.norm_adv and cfg.snd_max_pairs == 64
+    assert GridConfig.from_dict(cfg.to_dict()) == cfg
+    assert all(f.metadata.get("help") for f in dataclasses.fields(GridConfig))
