@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.game_env import GameEnv
+
 VIEW = 7
 CHANNELS = 3
 RECORD_FPS = 8
@@ -69,7 +71,7 @@ def validate_env_id(env_id: str) -> None:
                          "(any registered 'MiniGrid-*' id works)")
 
 
-class GridEnv:
+class GridEnv(GameEnv):
     """One MiniGrid task; obs uint8 ``[3, 7, 7]``, ``step(a) -> (obs, reward, done, info)``."""
 
     observation_shape = (CHANNELS, VIEW, VIEW)
@@ -78,28 +80,21 @@ class GridEnv:
     def __init__(self, env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None):
         validate_env_id(env_id)
         self.env_id = env_id
-        self.record_path = record_path
         self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
         self.unwrapped = self.env.unwrapped
         if self.unwrapped.agent_view_size != VIEW:
             raise ValueError(f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
                              f"view; this wrapper expects {VIEW}x{VIEW}")
-        self._recorder = None
-        if record_path:
-            from common.video import VideoRecorder
-
-            self._recorder = VideoRecorder(record_path, fps=RECORD_FPS)
-        self._needs_reset = True
-        self._closed = False
+        super().__init__(record_path, fps=RECORD_FPS)
 
     @staticmethod
     def _obs(raw: dict) -> np.ndarray:
         # MiniGrid's image is indexed [x, y, channel]; make it [channel, y, x] (an upright picture)
         return np.ascontiguousarray(np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0))
 
-    def _record(self):
-        if self._recorder is not None:
-            self._recorder.add(self.env.render())
+    def _record_screen(self):
+        if self._recorder is not None:  # rendering costs time: only when recording
+            self._record(self.env.render())
 
     def _info(self, reward: float, terminated: bool, truncated: bool) -> dict:
         u = self.unwrapped
@@ -109,41 +104,22 @@ class GridEnv:
                 "agent_pos": (int(u.agent_pos[0]), int(u.agent_pos[1]))}
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        if self._closed:
-            raise RuntimeError("GridEnv.reset called after close()")
+        self._begin_reset()
         raw, _ = self.env.reset(seed=None if seed is None else int(seed))
         self._needs_reset = False
-        self._record()
+        self._record_screen()
         return self._obs(raw)
 
     def step(self, action: int):
-        if self._needs_reset:
-            raise RuntimeError("GridEnv.step called before reset() or after done; call reset() first")
-        action = int(action)
-        if not 0 <= action < self.num_actions:
-            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        action = self._begin_step(action)
         raw, reward, terminated, truncated, _ = self.env.step(action)
         done = bool(terminated or truncated)
         self._needs_reset = done
-        self._record()
+        self._record_screen()
         return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated)
 
-    def close(self) -> None:
-        """Finalize the video (if recording) and release the env. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._recorder is not None:
-                self._recorder.close()
-        finally:
-            self.env.close()
-
-    def __enter__(self) -> "GridEnv":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _close_backend(self) -> None:
+        self.env.close()
 
 
 def make_env(env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None) -> GridEnv:

@@ -47,6 +47,8 @@ import sys
 import cv2
 import numpy as np
 
+from common.game_env import GameEnv
+
 OBS_SIZE = 84
 FRAME_SKIP = 4
 STACK = 4
@@ -117,7 +119,7 @@ def validate_args(world, stage, action_type) -> None:
         raise ValueError(f"action_type must be one of {sorted(ACTION_SETS)}, got {action_type!r}")
 
 
-class MarioEnv:
+class MarioEnv(GameEnv):
     """Tutorial-faithful Super Mario Bros env; obs uint8 ``[4, 84, 84]``.
 
     ``step(a)`` returns ``(obs, reward, done, info)`` with ``info`` holding the game's
@@ -132,25 +134,17 @@ class MarioEnv:
         self.world, self.stage, self.action_type = int(world), int(stage), action_type
         self.actions = ACTION_SETS[action_type]
         self.num_actions = len(self.actions)
-        self.record_path = record_path
-        self._recorder = None
-        if record_path:
-            from common.video import VideoRecorder
-
-            self._recorder = VideoRecorder(record_path, fps=RECORD_FPS)
+        super().__init__(record_path, fps=RECORD_FPS)
         raw = _smb.SuperMarioBrosEnv(rom_mode="vanilla", target=(self.world, self.stage))
         self.env = _JoypadSpace(raw, self.actions)
         self.unwrapped = raw
         self.states = np.zeros(self.observation_shape, dtype=np.uint8)
         self.curr_score = 0
-        self._needs_reset = True
-        self._closed = False
 
     # -- the tutorial's CustomReward, one emulator frame --------------------------------
     def _frame_step(self, action: int):
         frame, reward, done, info = self.env.step(action)
-        if self._recorder is not None:
-            self._recorder.add(frame)
+        self._record(frame)
         reward = float(reward) + (info["score"] - self.curr_score) / 40.0
         self.curr_score = info["score"]
         if done:
@@ -169,11 +163,7 @@ class MarioEnv:
 
     # -- the tutorial's CustomSkipFrame ---------------------------------------------------
     def step(self, action: int):
-        if self._needs_reset:
-            raise RuntimeError("MarioEnv.step called before reset() or after done; call reset() first")
-        action = int(action)
-        if not 0 <= action < self.num_actions:
-            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        action = self._begin_step(action)
         total_reward = 0.0
         last_states = []
         done, info, frame = False, {}, None
@@ -195,11 +185,9 @@ class MarioEnv:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Start an episode; ``seed`` is accepted and ignored (deterministic emulator)."""
-        if self._closed:
-            raise RuntimeError("MarioEnv.reset called after close()")
+        self._begin_reset()
         frame = self.env.reset()
-        if self._recorder is not None:
-            self._recorder.add(frame)
+        self._record(frame)
         self.curr_score = 0
         self.states = np.repeat(process_frame(frame), STACK, axis=0)
         self._needs_reset = False
@@ -209,22 +197,8 @@ class MarioEnv:
         """The emulator's current screen, uint8 ``[240, 256, 3]`` RGB (a copy; for eval image strips)."""
         return np.array(self.unwrapped.screen, dtype=np.uint8, order="C")  # copies: screen is a live view
 
-    def close(self) -> None:
-        """Finalize the video (if recording) and release the emulator. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._recorder is not None:
-                self._recorder.close()
-        finally:
-            self.env.close()
-
-    def __enter__(self) -> "MarioEnv":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _close_backend(self) -> None:
+        self.env.close()
 
 
 def make_env(world: int = 1, stage: int = 1, action_type: str = "simple", record_path: str | None = None) -> MarioEnv:

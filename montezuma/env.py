@@ -35,6 +35,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from common.game_env import GameEnv
+
 OBS_SIZE = 84
 FRAME_SKIP = 4
 STACK = 4
@@ -87,7 +89,7 @@ def validate_args(sticky_prob, max_episode_steps) -> None:
         raise ValueError(f"sticky_prob must be in [0, 1], got {sticky_prob!r}")
 
 
-class MontezumaEnv:
+class MontezumaEnv(GameEnv):
     """Montezuma's Revenge, RND recipe; obs uint8 ``[4, 84, 84]``, 18 actions.
 
     ``step(a)`` returns ``(obs, reward, done, info)``; ``done`` is game over or the
@@ -103,7 +105,6 @@ class MontezumaEnv:
         validate_args(sticky_prob, max_episode_steps)
         self.sticky_prob = float(sticky_prob)
         self.max_episode_steps = int(max_episode_steps)
-        self.record_path = record_path
         rom = _rom_path()
 
         import ale_py
@@ -127,18 +128,13 @@ class MontezumaEnv:
         self._steps = 0
         self._score = 0.0
         self._rooms: set[int] = set()
-        self._needs_reset = True
-        self._closed = False
-        self._recorder = None
-        if record_path:
-            from common.video import VideoRecorder
-
-            self._recorder = VideoRecorder(record_path, fps=RECORD_FPS)
+        super().__init__(record_path, fps=RECORD_FPS)
 
     # -- helpers -------------------------------------------------------------------------
-    def _record(self) -> None:
-        self.ale.getScreenRGB(self._rgb)
-        self._recorder.add(self._rgb)
+    def _record_screen(self) -> None:
+        if self._recorder is not None:  # grabbing the screen costs time: only when recording
+            self.ale.getScreenRGB(self._rgb)
+            self._record(self._rgb)
 
     def _info(self, truncated: bool) -> dict:
         ram = self.ale.getRAM()
@@ -160,8 +156,7 @@ class MontezumaEnv:
 
     # -- API -----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> np.ndarray:
-        if self._closed:
-            raise RuntimeError("MontezumaEnv.reset called after close()")
+        self._begin_reset()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         self.ale.reset_game()
@@ -170,18 +165,13 @@ class MontezumaEnv:
         self._score = 0.0
         self._rooms = {self.current_room}
         self.ale.getScreenRGB(self._rgb)
-        if self._recorder is not None:
-            self._recorder.add(self._rgb)
+        self._record(self._rgb)
         self.states[:] = process_frame(self._rgb)[None]
         self._needs_reset = False
         return self.states.copy()
 
     def step(self, action: int):
-        if self._needs_reset:
-            raise RuntimeError("MontezumaEnv.step called before reset() or after done; call reset() first")
-        action = int(action)
-        if not 0 <= action < self.num_actions:
-            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        action = self._begin_step(action)
         ale = self.ale
         coins = self._rng.random(FRAME_SKIP)  # one sticky coin per emulator frame
         reward = 0.0
@@ -191,8 +181,7 @@ class MontezumaEnv:
             if coins[i] >= self.sticky_prob:
                 self._last_action = action
             reward += ale.act(self.action_set[self._last_action])
-            if self._recorder is not None:
-                self._record()
+            self._record_screen()
             if i >= FRAME_SKIP - 2:
                 ale.getScreenRGB(self._raw[got])
                 got += 1
@@ -218,20 +207,6 @@ class MontezumaEnv:
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[210, 160, 3]`` RGB (a copy; for eval image strips)."""
         return self.ale.getScreenRGB()
-
-    def close(self) -> None:
-        """Finalize the video (if recording). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._recorder is not None:
-            self._recorder.close()
-
-    def __enter__(self) -> "MontezumaEnv":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def make_env(record_path: str | None = None, sticky_prob: float = 0.25, max_episode_steps: int = 4500) -> MontezumaEnv:

@@ -1,0 +1,64 @@
+"""The single-environment contract every game implements (numpy only, never Paddle).
+
+``reset(seed=None) -> obs`` (uint8 ``observation_shape``), ``step(action) -> (obs,
+reward, done, info)``, ``close()``; no auto-reset (the vector env does that).
+``GameEnv`` holds what the games share: the step/reset guards, the optional mp4
+recorder of the raw RGB frames, idempotent ``close()`` and the context manager.
+A game implements ``reset``/``step`` with ``_begin_reset``/``_begin_step`` at their
+start and ``_close_backend`` to release its emulator.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class GameEnv:
+    observation_shape: tuple
+    num_actions: int
+
+    def __init__(self, record_path: str | None, fps: int):
+        self.record_path = record_path
+        self._recorder = None
+        if record_path:
+            from common.video import VideoRecorder
+
+            self._recorder = VideoRecorder(record_path, fps=fps)
+        self._needs_reset = True
+        self._closed = False
+
+    def _begin_reset(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}.reset called after close()")
+
+    def _begin_step(self, action) -> int:
+        """Check that an episode is running and ``action`` is valid; returns it as an int."""
+        if self._needs_reset:
+            raise RuntimeError(f"{type(self).__name__}.step called before reset() or after done; call reset() first")
+        action = int(action)
+        if not 0 <= action < self.num_actions:
+            raise ValueError(f"action must be in [0, {self.num_actions}), got {action}")
+        return action
+
+    def _record(self, frame_rgb: np.ndarray) -> None:
+        if self._recorder is not None:
+            self._recorder.add(frame_rgb)
+
+    def _close_backend(self) -> None:
+        """Release the emulator (game-specific)."""
+
+    def close(self) -> None:
+        """Finalize the video (if recording) and release the emulator. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        finally:
+            self._close_backend()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
