@@ -20,6 +20,11 @@ from paddle import _C_ops
 from paddle.autograd import PyLayer
 
 
+# The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
+# falls back to the plain layers (same math, slower).
+_HAS_KERNELS = all(hasattr(_C_ops, n) for n in ("add", "relu", "leaky_relu", "relu_grad", "leaky_relu_grad"))
+
+
 class _BiasAct(PyLayer):
     """out = act(y + bias[None, :, None, None]), act = ReLU (slope 0) or LeakyReLU(slope)."""
 
@@ -48,7 +53,9 @@ def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Te
     """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU."""
     y = F.conv2d(x, conv.weight, None, stride=conv._stride, padding=conv._padding, dilation=conv._dilation,
                  groups=conv._groups, data_format=conv._data_format)
-    if conv.bias is None:
+    if conv.bias is None or not _HAS_KERNELS:
+        if conv.bias is not None:
+            y = y + conv.bias.reshape([1, -1, 1, 1])
         return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
     if not paddle.is_grad_enabled() or (y.stop_gradient and conv.bias.stop_gradient):
         z = _C_ops.add(y, conv.bias.reshape([1, y.shape[1], 1, 1]))
