@@ -203,7 +203,8 @@ def plot(run_dir, args):
     if r["eval_x_pos"]:
         lines.append(f"| greedy evaluation x_pos (every 5 updates) | {', '.join(str(int(v)) for v in r['eval_x_pos'])} |")
     if base:
-        lines.append(f"| random policy: final x_pos mean +- std ({base['episodes']} episodes, max) | "
+        lines.append(f"| random policy (uniform over the {base.get('action_type')} action set, seed {base.get('seed')}): "
+                     f"final x_pos mean +- std ({base['episodes']} episodes, max) | "
                      f"{base['x_pos_mean']:.0f} +- {base['x_pos_std']:.0f} (max {base['x_pos_max']}) |")
     if len(ep_x):
         half = len(ep_x) // 2

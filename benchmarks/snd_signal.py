@@ -153,14 +153,42 @@ def plot(group_dir, args):
         "- One seed and a few thousand agent steps: the curves are noisy (they move with which parts of the level the "
         "rollouts reach) and say nothing about the long-run behaviour the SND paper reports (millions of steps).",
     ]
+    for extra in args.also:
+        other = summarise(extra)
+        if not other:
+            continue
+        ocfg = {}
+        for variant in other:
+            cfg_file = os.path.join(extra, variant, "config.json")
+            if os.path.exists(cfg_file):
+                with open(cfg_file) as f:
+                    ocfg = json.load(f)
+                break
+        lines += ["", f"Second set, `{os.path.relpath(extra, ROOT)}`: same settings but "
+                  f"{ocfg.get('num_global_steps')} agent steps per run:", ""]
+        if "rnd" in other and "rnd" in summary:
+            a, b = summary["rnd"]["raw"], other["rnd"]["raw"]
+            same = 0
+            while same < min(len(a), len(b)) and abs(a[same] - b[same]) <= 1e-6 * max(1.0, abs(a[same])):
+                same += 1
+            lines += [f"The two rnd runs give identical raw rewards for the first {same} updates"
+                      + (" and then drift apart (the two sets ran with different working-tree versions of "
+                         "common/trainer.py, edited in parallel while they ran)."
+                         if same < min(len(a), len(b)) else "."), ""]
+        lines += ["| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for variant, o in other.items():
+            lines.append(f"| {variant} | {o['updates']} | {o['first']:.4g} | {o['last']:.4g} | {o['ratio']:.3f} | "
+                         f"{o['min_ratio']:.3f} | {o['ratio3']:.3f} |")
     lines += ["", "Driver (runs the four commands below one after the other, then writes this page):", "", "```bash",
               f"python benchmarks/snd_signal.py --num-processes {cfg.get('num_processes')} --num-local-steps "
               f"{cfg.get('num_local_steps')} --num-epochs {cfg.get('num_epochs')} --batch-size {cfg.get('batch_size')} "
               f"--num-global-steps {cfg.get('num_global_steps')} --seed {cfg.get('seed')} "
               f"--log-path {os.path.relpath(group_dir, ROOT)}", "```", "", "Commands:", "", "```bash"]
     lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
+    also = "".join(f" {os.path.relpath(a, ROOT)}" for a in args.also)
     lines += ["```", "", "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
-              f"{os.path.relpath(group_dir, ROOT)}`", ""]
+              f"{os.path.relpath(group_dir, ROOT)}" + (f" --also{also}" if also else "") + "`", ""]
     md = os.path.join(args.docs, "snd_signal.md")
     with open(md, "w") as f:
         f.write("\n".join(lines))
@@ -186,6 +214,8 @@ def main(argv=None):
     ap.add_argument("--log-path", default="runs/evidence/snd_signal")
     ap.add_argument("--plot-only", metavar="GROUP_DIR", default="",
                     help="folder holding one run folder per variant; only regenerate docs/snd_signal.*")
+    ap.add_argument("--also", nargs="*", default=[], metavar="GROUP_DIR",
+                    help="other finished sets to summarise in a table under the main one")
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs"))
     args = ap.parse_args(argv)
     group_dir = args.plot_only or os.path.join(ROOT, args.log_path)

@@ -383,6 +383,7 @@ class Trainer:
                     self.save()
                 self.buffer.finish()
                 self.wait_eval(block=False)
+                self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
                 bar.update(cfg.rollout_size)
                 bar.set_postfix_str(self._progress_text(losses))
             if self._stop_signal is None:
