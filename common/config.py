@@ -52,8 +52,8 @@ class TrainConfig:
 
     # --- environments ------------------------------------------------------------------
     num_processes: int = arg(6, "number of parallel environments")
-    num_workers: int = arg(0, "subprocesses hosting the environments (0: one per environment, up to "
-                               "num_processes; -1: all in the trainer process)")
+    num_workers: int = arg(0, "subprocesses hosting the environments, each stepping several of them "
+                              "(0: one per CPU core, at most one per environment; -1: all in the trainer process)")
 
     # --- PPO ------------------------------------------------------------------------------
     lr: float = arg(4e-5, "Adam learning rate (policy; also the intrinsic networks unless --intrinsic-lr)")

@@ -105,7 +105,10 @@ class Trainer:
     def _make_envs(self):
         cfg = self.cfg
         fns = [self.spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
-        workers = {-1: 0, 0: cfg.num_envs}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
+        # Several envs per worker beat one process per env when envs outnumber cores
+        # (benchmarks/env_throughput.py); 0 = in-process for make_vec_env.
+        auto = min(cfg.num_envs, os.cpu_count() or 1)
+        workers = {-1: 0, 0: auto}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
         # Env i is seeded with seed + i; a resumed run starts fresh episodes, seeded by its update count
         # so that it does not replay the first episodes of the original run.
         return make_vec_env(fns, num_workers=workers, seed=cfg.seed + 100_003 * self.update)

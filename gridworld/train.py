@@ -43,8 +43,8 @@ class GridConfig(TrainConfig):
                                                 "MiniGrid-MultiRoom-N2-S4-v0, MiniGrid-KeyCorridorS3R1-v0")
     num_global_steps: int = arg(1_000_000, "stop after this many agent steps summed over all envs")
     num_processes: int = arg(16, "number of parallel environments")
-    num_workers: int = arg(-1, "subprocesses hosting the environments (0: one per environment, up to "
-                                "num_processes; -1: all in the trainer process)")
+    num_workers: int = arg(-1, "subprocesses hosting the environments (0: one per CPU core; -1: all in the "
+                                "trainer process, the fastest for MiniGrid's cheap envs)")
     num_local_steps: int = arg(128, "rollout length per environment per update")
     lr: float = arg(2.5e-4, "Adam learning rate (policy; also the intrinsic networks unless --intrinsic-lr)")
     gamma: float = arg(0.99, "discount factor of the extrinsic reward")

@@ -6,8 +6,8 @@ gamma_ext 0.999, gamma_int 0.99, GAE lambda 0.95, ext_coef 2, int_coef 1,
 sign-clipped extrinsic rewards, RND on the latest frame only, observation
 normalizer warmed up for 50 x 128 random steps per env. ``--num-processes`` is
 the number of environments (``--num-envs`` is accepted as an alias); they run in
-``--num-workers`` processes (default 2 on this kind of machine: several envs per
-worker beat one process per env). See the README for small-machine settings.
+``--num-workers`` processes (default: one per CPU core, each stepping several
+envs, which beats one process per env). See the README for small-machine settings.
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ class MontezumaConfig(TrainConfig):
 
     num_global_steps: int = arg(100_000_000, "stop after this many agent steps summed over all envs")
     num_processes: int = arg(128, "number of parallel environments (alias: --num-envs)")
-    num_workers: int = arg(2, "subprocesses hosting the environments (-1: all in the trainer process)")
     lr: float = arg(1e-4, "Adam learning rate")
     gamma: float = arg(0.999, "discount factor of the extrinsic reward")
     tau: float = arg(0.95, "GAE lambda")
