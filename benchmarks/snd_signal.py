@@ -72,6 +72,16 @@ def _ratios(summary, variants):
     return ", ".join(f"{v}: {summary[v]['ratio3']:.3f}" for v in variants)
 
 
+def first_config(group_dir: str, variants) -> dict:
+    """The config.json of the first variant run in ``group_dir`` that has one ({} if none)."""
+    for variant in variants:
+        cfg_file = os.path.join(group_dir, variant, "config.json")
+        if os.path.exists(cfg_file):
+            with open(cfg_file) as f:
+                return json.load(f)
+    return {}
+
+
 def plot(group_dir, args):
     import matplotlib
 
@@ -101,13 +111,7 @@ def plot(group_dir, args):
     if os.path.exists(runs_file):
         with open(runs_file) as f:
             runs = json.load(f)
-    cfg = {}
-    for variant in summary:
-        cfg_file = os.path.join(group_dir, variant, "config.json")
-        if os.path.exists(cfg_file):
-            with open(cfg_file) as f:
-                cfg = json.load(f)
-            break
+    cfg = first_config(group_dir, summary)
     lines = ["# Intrinsic signal of RND vs SND on Mario 1-1", "",
              "Short runs, one per intrinsic module, same seed and same number of agent steps. "
              "Tag `intrinsic/raw_reward_mean` (the mean raw intrinsic reward of each rollout, before the "
@@ -157,13 +161,7 @@ def plot(group_dir, args):
         other = summarise(extra)
         if not other:
             continue
-        ocfg = {}
-        for variant in other:
-            cfg_file = os.path.join(extra, variant, "config.json")
-            if os.path.exists(cfg_file):
-                with open(cfg_file) as f:
-                    ocfg = json.load(f)
-                break
+        ocfg = first_config(extra, other)
         lines += ["", f"Second set, `{os.path.relpath(extra, ROOT)}`: same settings but "
                   f"{ocfg.get('num_global_steps')} agent steps per run:", ""]
         if "rnd" in other and "rnd" in summary:
