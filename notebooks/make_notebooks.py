@@ -138,6 +138,15 @@ def visualdl_md(game: str):
     ''')
 
 
+def play_cell(game: str, quick_steps: int, full_steps: int, width: int):
+    """Run the game's play.py on the run's last checkpoint and show its mp4."""
+    return code(f'''
+        play_mp4 = os.path.join(result["run_dir"], "play.mp4")
+        !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}
+        display(Video(play_mp4, embed=True, width={width}))
+    ''')
+
+
 def print_cmd_cell():
     return code('''
         # The command for this notebook's runs (a relative --logdir, from the folder above it).
@@ -206,11 +215,7 @@ def mario_notebook():
             records the emulator's frames to an mp4 and prints the result. It refuses a checkpoint of another
             game with a clear error.
         '''),
-        code('''
-            play_mp4 = os.path.join(result["run_dir"], "play.mp4")
-            !{sys.executable} mario/play.py --checkpoint {result["checkpoint"]} --output {play_mp4} --max-steps {60 if QUICK else 5000}
-            display(Video(play_mp4, embed=True, width=384))
-        '''),
+        play_cell("mario", quick_steps=60, full_steps=5000, width=384),
         visualdl_md("Mario"),
         print_cmd_cell(),
     ]
@@ -262,11 +267,7 @@ def montezuma_notebook():
         md("## Evaluation video"),
         VIDEO,
         md("## Play a checkpoint (`montezuma/play.py`: rooms visited and score)"),
-        code('''
-            play_mp4 = os.path.join(result["run_dir"], "play.mp4")
-            !{sys.executable} montezuma/play.py --checkpoint {result["checkpoint"]} --output {play_mp4} --max-steps {50 if QUICK else 4500}
-            display(Video(play_mp4, embed=True, width=320))
-        '''),
+        play_cell("montezuma", quick_steps=50, full_steps=4500, width=320),
         visualdl_md("Montezuma"),
         print_cmd_cell(),
     ]
