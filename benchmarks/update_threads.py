@@ -1,13 +1,16 @@
-"""Paddle CPU math threads for the update: 1 vs N, interleaved in one process.
+"""Threads for the update: 1 vs N, interleaved in one process.
 
 Times one PPO + RND minibatch step (policy forward + backward + Adam, predictor
 distillation on its 25 % share) at the Mario minibatch of the tutorial's settings
-(6 x 512 / 16 = 192) and at Montezuma's 8 x 128 / 4 = 256, alternating
-``paddle.base.core.set_num_threads(1)`` and ``set_num_threads(N)`` so that a change in
-the machine's load hits both settings alike. Prints the median and minimum per setting.
+(6 x 512 / 16 = 192) and at Montezuma's 8 x 128 / 4 = 256, alternating 1 and N threads
+so that a change in the machine's load hits both settings alike. ``--lever shards`` (the
+trainer's ``--num-threads``) splits each convolution batch into N shards on N threads
+(``common/fast_ops.py``); ``--lever paddle`` sets Paddle's own math threads
+(``paddle.base.core.set_num_threads``), which the trainer does not use. Prints the median
+and minimum per setting.
 
-    python benchmarks/update_threads.py                  # N = os.cpu_count(), 5 rounds
-    python benchmarks/update_threads.py --threads 2 --rounds 8 --steps 3
+    python benchmarks/update_threads.py                  # shards, N = os.cpu_count(), 5 rounds
+    python benchmarks/update_threads.py --lever paddle --threads 2 --rounds 8 --steps 3
 """
 from __future__ import annotations
 
@@ -55,14 +58,19 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="alternations of 1 and N threads")
     p.add_argument("--steps", type=int, default=2, help="minibatch steps timed per round and setting")
     p.add_argument("--games", nargs="*", default=["mario:192", "montezuma:256"])
+    p.add_argument("--lever", choices=["shards", "paddle"], default="shards")
     a = p.parse_args(argv)
 
     import numpy as np
-    import paddle
 
-    paddle.set_device("cpu")
+    from common.device import set_device
+    from common.fast_ops import set_num_shards
+
+    paddle = __import__("paddle")
+    set_device("cpu")  # also the trainer's host-allocator tuning
     paddle.seed(0)
     core = paddle.base.core
+    set_threads = set_num_shards if a.lever == "shards" else core.set_num_threads
     print(f"load average {os.getloadavg()[0]:.2f} at start, {os.cpu_count()} CPUs")
     for spec in a.games:
         game, n = spec.split(":")
@@ -72,16 +80,16 @@ def main(argv=None):
         times = {1: [], a.threads: []}
         for r in range(a.rounds + 1):
             for th in ((1, a.threads) if r % 2 == 0 else (a.threads, 1)):
-                core.set_num_threads(th)
+                set_threads(th)
                 t = time.perf_counter()
                 for _ in range(a.steps):
                     ppo.step(batch)
                     rnd.update(batch)
                 if r:  # round 0 warms both settings up
                     times[th].append((time.perf_counter() - t) / a.steps * 1e3)
-        core.set_num_threads(1)
+        set_threads(1)
         m1, mn = np.median(times[1]), np.median(times[a.threads])
-        print(f"{game} batch {n}: 1 thread median {m1:.0f} ms (min {min(times[1]):.0f}), "
+        print(f"{game} batch {n}, {a.lever}: 1 thread median {m1:.0f} ms (min {min(times[1]):.0f}), "
               f"{a.threads} threads median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 

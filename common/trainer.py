@@ -35,6 +35,7 @@ from common.buffer import RolloutBuffer  # noqa: E402
 from common.checkpoint import (CheckpointError, check_compatible, load_checkpoint, optimizer_state,  # noqa: E402
                                save_checkpoint, set_optimizer_state)
 from common.evaluator import BackgroundEvaluator  # noqa: E402
+from common.fast_ops import set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
@@ -167,20 +168,23 @@ class Trainer:
 
     @contextlib.contextmanager
     def math_threads(self):
-        """All of Paddle's CPU math threads (``num_threads``) for batched work between rollouts, 1 after it.
+        """Convolutions on ``num_threads`` batch shards (threads) for batched work between rollouts.
 
-        During collection the env workers need the cores, and the batch-N policy forward
-        gains nothing from more threads.
+        Paddle's CPU convolution kernels are single-threaded and its own math threads only
+        oversubscribe the cores (``docs/performance.md``), so the parallelism is ours:
+        ``common.fast_ops`` splits each convolution batch into shards run on a thread
+        pool. Back to 1 shard after it: during collection the env workers need the cores,
+        and a batch-N policy forward gains nothing from more threads.
         """
         n = self.cfg.num_threads or os.cpu_count() or 1
         if n == 1 or self.cfg.device != "cpu":
             yield
             return
-        paddle.base.core.set_num_threads(n)
+        old = set_num_shards(n)
         try:
             yield
         finally:
-            paddle.base.core.set_num_threads(1)
+            set_num_shards(old)
 
     # ------------------------------------------------------------------ phases
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:

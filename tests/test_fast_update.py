@@ -1,6 +1,7 @@
 """The optimized update path computes the same losses and gradients as a plain eager path.
 
-Optimized: the networks' fused conv + bias + activation (``common/fast_ops.py``), the PPO
+Optimized: the networks' fused conv + bias + activation (``common/fast_ops.py``), run whole
+and as batch shards on threads (``set_num_shards``), the PPO
 loss with ``log_softmax`` + ``take_along_axis``, the predictor trained on its share with the
 target under ``no_grad``. Reference: the same parameters run through the plain Paddle
 layers (``Conv2D`` then ``ReLU``/``LeakyReLU``), and the tutorial's ``Categorical`` +
@@ -17,18 +18,34 @@ import paddle.nn.functional as F  # noqa: E402
 import common.intrinsic.networks as networks  # noqa: E402
 import mario.model as mario_model  # noqa: E402
 import montezuma.model as montezuma_model  # noqa: E402
-from common.fast_ops import conv_act, run_sequential  # noqa: E402
+from common.fast_ops import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.ppo import PPO, log_prob_entropy  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 
 
+@pytest.fixture(params=[1, 2], ids=["whole", "2-shards"])
+def shards(request):
+    """Run each test with the batch whole and split into 2 shards on 2 threads."""
+    old = set_num_shards(request.param)
+    yield request.param
+    set_num_shards(old)
+
+
+def _plain_stack(layers, x, keep=None):
+    kept = None
+    for i, (conv, slope) in enumerate(layers):
+        x = F.leaky_relu(conv(x), slope)
+        kept = x if i == keep else kept
+    return x if keep is None else (x, kept)
+
+
 def _plain(monkeypatch):
     """Route the models through the plain layers (the reference eager path)."""
     monkeypatch.setattr(mario_model, "run_sequential", lambda seq, x: seq(x))
     monkeypatch.setattr(montezuma_model, "run_sequential", lambda seq, x: seq(x))
-    monkeypatch.setattr(networks, "conv_act", lambda conv, x, slope: F.leaky_relu(conv(x), slope))
+    monkeypatch.setattr(networks, "conv_stack", _plain_stack)
 
 
 def _batch(rng, n=24, actions=7):
@@ -65,7 +82,7 @@ def _ppo_and_rnd_step(batch):
     return losses, _grads(policy), _grads(rnd.predictor)
 
 
-def test_ppo_rnd_losses_and_gradients_match_plain_path(monkeypatch):
+def test_ppo_rnd_losses_and_gradients_match_plain_path(monkeypatch, shards):
     batch = _batch(np.random.default_rng(0))
     fast = _ppo_and_rnd_step(batch)
     _plain(monkeypatch)
@@ -78,7 +95,7 @@ def test_ppo_rnd_losses_and_gradients_match_plain_path(monkeypatch):
             np.testing.assert_allclose(f[name], r[name], rtol=RTOL, atol=ATOL, err_msg=name)
 
 
-def test_montezuma_policy_fused_matches_plain(monkeypatch):
+def test_montezuma_policy_fused_matches_plain(monkeypatch, shards):
     paddle.seed(3)
     net = montezuma_model.RNDPolicy(4, 18)
     x = paddle.rand([6, 4, 84, 84])
@@ -96,7 +113,7 @@ def test_montezuma_policy_fused_matches_plain(monkeypatch):
 
 
 @pytest.mark.parametrize("slope", [0.0, 0.01])
-def test_conv_act_matches_layers(slope):
+def test_conv_act_matches_layers(slope, shards):
     paddle.seed(5)
     conv = paddle.nn.Conv2D(4, 8, 3, stride=2, padding=1)
     x = paddle.rand([3, 4, 20, 20])
@@ -114,6 +131,46 @@ def test_conv_act_matches_layers(slope):
         np.testing.assert_allclose(conv_act(conv, x, slope).numpy(), fast[0], rtol=RTOL, atol=ATOL)
     seq = paddle.nn.Sequential(conv, paddle.nn.LeakyReLU(slope) if slope else paddle.nn.ReLU())
     np.testing.assert_allclose(run_sequential(seq, x).numpy(), fast[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_conv_stack_shards_match_layers(batch):
+    """Uneven shards (5 = 3 + 2), a single sample, input gradients through a stack, and the kept map."""
+    paddle.seed(7)
+    convs = [paddle.nn.Conv2D(4, 8, 8, stride=4), paddle.nn.Conv2D(8, 16, 3, stride=2, padding=1),
+             paddle.nn.Conv2D(16, 16, 3, stride=1)]
+    layers = [(convs[0], 0.01), (convs[1], 0.0), (convs[2], 0.01)]
+    x = paddle.rand([batch, 4, 36, 36])
+    results = []
+    for n in (1, 3):
+        old = set_num_shards(n)
+        try:
+            for needs_x_grad in (False, True):
+                xx = x.detach()
+                xx.stop_gradient = not needs_x_grad
+                out, kept = conv_stack(layers, xx, keep=1)
+                ((out * out).sum() + kept.sum()).backward()
+                results.append([out.numpy(), kept.numpy()] + [p.grad.numpy() for c in convs for p in (c.weight, c.bias)]
+                               + ([xx.grad.numpy()] if needs_x_grad else []))
+                for c in convs:
+                    c.clear_gradients()
+            with paddle.no_grad():
+                results.append([conv_stack(layers, x)])
+        finally:
+            set_num_shards(old)
+    xx = x.detach()
+    xx.stop_gradient = False
+    out, kept = _plain_stack(layers, xx, keep=1)
+    ((out * out).sum() + kept.sum()).backward()
+    ref = [out.numpy(), kept.numpy()] + [p.grad.numpy() for c in convs for p in (c.weight, c.bias)] + [xx.grad.numpy()]
+    for got in results:
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(np.asarray(a), b, rtol=RTOL, atol=ATOL)
+
+
+def test_set_num_shards_rejects_zero():
+    with pytest.raises(ValueError, match="got 0"):
+        set_num_shards(0)
 
 
 def test_log_prob_matches_tutorial_tril_triu():

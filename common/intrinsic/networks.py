@@ -16,7 +16,7 @@ import math
 import paddle
 import paddle.nn as nn
 
-from common.fast_ops import conv_act
+from common.fast_ops import conv_stack
 
 CONV_SPECS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out_channels, kernel, stride)
 
@@ -71,11 +71,8 @@ class ConvFeatureNet(nn.Layer):
         self.out_dim = out_dim
 
     def forward_with_map(self, x):
-        fmap = None
-        for i, conv in enumerate(self.convs):
-            x = conv_act(conv, x, self.act._negative_slope)  # = self.act(conv(x)), fused (common/fast_ops.py)
-            if i == 1:
-                fmap = x
+        # = self.act(conv(x)) per layer, fused and batch-sharded (common/fast_ops.py)
+        x, fmap = conv_stack([(conv, self.act._negative_slope) for conv in self.convs], x, keep=1)
         return self.head(paddle.flatten(x, 1)), fmap
 
     def forward(self, x):
