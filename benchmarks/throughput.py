@@ -3,13 +3,15 @@
 Each pipeline runs in its own subprocess (fresh Paddle, its own thread settings), one after
 another, so that they see the same machine; on a shared machine the ratios are what count.
 
-1. env-only ceilings: the project's vector env configurations with random actions
-   (Mario: 6 envs, one process each; Montezuma: 8 envs in 2 worker processes);
+1. env-only ceilings: the project's vector env configurations with random actions (the
+   trainer's default: one worker process per CPU core, the envs split among them; Mario 6
+   envs, Montezuma 8 and 128 envs);
 2. the tutorial (``benchmarks/tutorial_baseline.py``) on Mario for ``--updates`` updates;
 3. the project's trainer on Mario with the tutorial's settings (6 envs, 10 epochs x 16
    minibatches, eval after every update) for the same number of updates and the same
    ``--num-local-steps``;
-4. the project's trainer on Montezuma, 8 envs x 128 steps, 4 epochs x 4 minibatches.
+4. the project's trainer on Montezuma, 8 envs x 128 steps, 4 epochs x 4 minibatches, then a
+   short run with its default 128 envs (collection rate and memory).
 
 End-to-end rate = agent steps / (collection + update + evaluation time), from the first
 rollout to the end of the last update's evaluation (start-up and the observation-normalizer
@@ -216,10 +218,14 @@ def main(argv=None):
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     print(f"machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f} at start")
+    cores = os.cpu_count() or 1
     if "env" not in a.skip:
-        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", "6", str(a.env_steps)], "env-only Mario 6x1")
-        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", "2", str(a.env_steps * 4)],
-                                       "env-only Montezuma 2 workers x 4 envs")
+        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", str(min(6, cores)), str(a.env_steps)],
+                                        f"env-only Mario 6 envs, {min(6, cores)} workers")
+        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", str(min(8, cores)),
+                                        str(a.env_steps * 4)], f"env-only Montezuma 8 envs, {min(8, cores)} workers")
+        res["env_mont128"], _ = run_child([me, "--child", "env", "montezuma", "128", str(cores),
+                                           str(max(10, a.env_steps // 4))], f"env-only Montezuma 128 envs, {cores} workers")
     if "tutorial" not in a.skip:
         out, rss["tutorial"] = run_child([os.path.join(ROOT, "benchmarks", "tutorial_baseline.py"), "--updates", str(U),
                                           "--num-local-steps", str(L), "--json"], "tutorial baseline (Mario)")
@@ -236,9 +242,9 @@ def main(argv=None):
              "--num-global-steps", str(1024 * a.montezuma_updates), "--obs-norm-steps", "32",
              "--eval-interval", str(a.montezuma_updates), *common], "project Montezuma 8x128")
         res["mont128"], rss["mont128"] = run_child(
-            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "8",
-             "--num-global-steps", str(128 * 8), "--obs-norm-steps", "1", "--batch-size", "4", "--num-epochs", "1",
-             "--eval-interval", "0", *common], "project Montezuma 128 envs (memory)")
+            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "16",
+             "--num-global-steps", str(128 * 16), "--obs-norm-steps", "1", "--batch-size", "4", "--num-epochs", "1",
+             "--eval-interval", "0", *common], "project Montezuma 128 envs x 16 steps (collection, memory)")
 
     def rate(d, keys=("collect", "update", "eval")):
         return sum(d["steps"] if isinstance(d["steps"], list) else [d["steps"]]) / sum(sum(d[k]) for k in keys)
@@ -270,8 +276,8 @@ def main(argv=None):
     if "mario" in res and "env_mario" in res:
         n = sum([6 * L] * len(res["mario"]["collect"]))
         c = n / sum(res["mario"]["collect"])
-        print(f"Mario collection vs env-only (6 envs x 1 process): {c:.1f} / {res['env_mario']['rate']:.1f} "
-              f"= {c / res['env_mario']['rate']:.2f}")
+        print(f"Mario collection vs env-only (6 envs, {min(6, cores)} workers): {c:.1f} / "
+              f"{res['env_mario']['rate']:.1f} = {c / res['env_mario']['rate']:.2f}")
     if "mont" in res:
         mt = res["mont"]
         c = 1024 * len(mt["collect"]) / sum(mt["collect"])
@@ -280,8 +286,12 @@ def main(argv=None):
               f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
               f"{len(mt['eval_steps'])} eval(s), {sum(mt['eval']):.1f} s of the loop)")
         if "env_mont" in res:
-            print(f"Montezuma collection vs env-only (2 workers x 4 envs): {c:.1f} / {res['env_mont']['rate']:.1f} "
-                  f"= {c / res['env_mont']['rate']:.2f}")
+            print(f"Montezuma collection vs env-only (8 envs, {min(8, cores)} workers): {c:.1f} / "
+                  f"{res['env_mont']['rate']:.1f} = {c / res['env_mont']['rate']:.2f}")
+    if "mont128" in res and "env_mont128" in res:
+        c = 128 * 16 * len(res["mont128"]["collect"]) / sum(res["mont128"]["collect"])
+        print(f"Montezuma collection vs env-only (128 envs, {cores} workers, the default): {c:.1f} / "
+              f"{res['env_mont128']['rate']:.1f} = {c / res['env_mont128']['rate']:.2f}")
     for k, label in (("tutorial", "tutorial Mario, 6 processes"), ("mario", "project Mario, 6 processes"),
                      ("mont", "project Montezuma, 8 envs"), ("mont128", "project Montezuma, 128 envs")):
         if k in rss:

@@ -39,8 +39,10 @@ from paddle.autograd import PyLayer
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
 _HAS_KERNELS = all(hasattr(_C_ops, n) for n in (
-    "add", "relu", "leaky_relu", "relu_grad", "leaky_relu_grad", "conv2d", "conv2d_grad"))
+    "add", "add_", "relu", "relu_", "leaky_relu", "leaky_relu_", "relu_grad", "leaky_relu_grad", "conv2d",
+    "conv2d_grad"))
 
+MIN_SHARD = 8  # samples per shard at least
 _num_shards = 1
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -121,14 +123,25 @@ def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Te
             y = y + conv.bias.reshape([1, -1, 1, 1])
         return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
     if not paddle.is_grad_enabled() or (y.stop_gradient and conv.bias.stop_gradient):
-        return _act(_C_ops.add(y, conv.bias.reshape([y.shape[1], 1, 1])), slope)
+        _C_ops.add_(y, conv.bias.reshape([y.shape[1], 1, 1]))  # y is ours: in place (see _conv_bias_act_)
+        return _C_ops.relu_(y) if slope == 0.0 else _C_ops.leaky_relu_(y, slope)
     return _BiasAct.apply(y, conv.bias, float(slope))
+
+
+def _conv_bias_act_(x, w, br, attrs, slope):
+    """act(conv(x) + br) with the bias and activation applied in place: no autograd, detached inputs.
+
+    In place because every fresh activation-sized buffer costs page faults (docs/performance.md).
+    """
+    y = _C_ops.conv2d(x, w, *attrs)
+    _C_ops.add_(y, br)
+    return _C_ops.relu_(y) if slope == 0.0 else _C_ops.leaky_relu_(y, slope)
 
 
 def _shard_forward(w, b, attrs, slope, xs):
     """act(conv(x) + b) for every shard, one thread each; all inputs detached (no autograd here)."""
     br = b.reshape([w.shape[0], 1, 1])
-    return _map(lambda x: _act(_C_ops.add(_C_ops.conv2d(x, w, *attrs), br), slope), xs)
+    return _map(lambda x: _conv_bias_act_(x, w, br, attrs, slope), xs)
 
 
 class _ShardedConvAct(PyLayer):
@@ -176,7 +189,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     """
     layers = list(layers)
     attrs = [_conv_attrs(c) for c, _ in layers]
-    n = min(_num_shards, x.shape[0])
+    n = min(_num_shards, x.shape[0] // MIN_SHARD)  # tiny batches: thread hand-offs would cost more
     sharded = (n > 1 and _HAS_KERNELS and paddle.get_device() == "cpu" and all(a is not None for a in attrs)
                and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers))
     if not sharded:

@@ -168,13 +168,13 @@ class Trainer:
 
     @contextlib.contextmanager
     def math_threads(self):
-        """Convolutions on ``num_threads`` batch shards (threads) for batched work between rollouts.
+        """Convolutions on ``num_threads`` batch shards (threads) while the trainer runs Paddle.
 
         Paddle's CPU convolution kernels are single-threaded and its own math threads only
         oversubscribe the cores (``docs/performance.md``), so the parallelism is ours:
         ``common.fast_ops`` splits each convolution batch into shards run on a thread
-        pool. Back to 1 shard after it: during collection the env workers need the cores,
-        and a batch-N policy forward gains nothing from more threads.
+        pool. Collection steps the envs and runs the policy in turn, so the shards never
+        compete with the env workers; batches under 16 samples are not split.
         """
         n = self.cfg.num_threads or os.cpu_count() or 1
         if n == 1 or self.cfg.device != "cpu":
@@ -362,7 +362,8 @@ class Trainer:
             while self.update < cfg.num_updates and self._stop_signal is None:
                 t0 = time.perf_counter()
                 embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
-                collected = self.collect(obs, keep_metadata=embed)
+                with self.math_threads():
+                    collected = self.collect(obs, keep_metadata=embed)
                 if collected is None:
                     break
                 obs, episodes = collected

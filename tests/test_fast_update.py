@@ -15,6 +15,7 @@ import pytest
 paddle = pytest.importorskip("paddle")
 import paddle.nn.functional as F  # noqa: E402
 
+import common.fast_ops as fast_ops  # noqa: E402
 import common.intrinsic.networks as networks  # noqa: E402
 import mario.model as mario_model  # noqa: E402
 import montezuma.model as montezuma_model  # noqa: E402
@@ -26,8 +27,9 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 @pytest.fixture(params=[1, 2], ids=["whole", "2-shards"])
-def shards(request):
-    """Run each test with the batch whole and split into 2 shards on 2 threads."""
+def shards(request, monkeypatch):
+    """Run each test with the batch whole and split into 2 shards on 2 threads (even tiny batches)."""
+    monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
     old = set_num_shards(request.param)
     yield request.param
     set_num_shards(old)
@@ -134,8 +136,9 @@ def test_conv_act_matches_layers(slope, shards):
 
 
 @pytest.mark.parametrize("batch", [1, 5])
-def test_conv_stack_shards_match_layers(batch):
-    """Uneven shards (5 = 3 + 2), a single sample, input gradients through a stack, and the kept map."""
+def test_conv_stack_shards_match_layers(batch, monkeypatch):
+    """Uneven shards (5 = 2 + 2 + 1), a single sample, input gradients through a stack, and the kept map."""
+    monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
     paddle.seed(7)
     convs = [paddle.nn.Conv2D(4, 8, 8, stride=4), paddle.nn.Conv2D(8, 16, 3, stride=2, padding=1),
              paddle.nn.Conv2D(16, 16, 3, stride=1)]
@@ -166,6 +169,22 @@ def test_conv_stack_shards_match_layers(batch):
     for got in results:
         for a, b in zip(got, ref):
             np.testing.assert_allclose(np.asarray(a), b, rtol=RTOL, atol=ATOL)
+
+
+def test_small_batches_are_not_split(monkeypatch):
+    """Below 2 x MIN_SHARD samples the stack runs whole (thread hand-offs would cost more than they save)."""
+    calls = []
+    monkeypatch.setattr(fast_ops, "_shard_forward", lambda *a: calls.append(len(a[-1])) or a[-1])
+    conv = paddle.nn.Conv2D(4, 8, 3)
+    old = set_num_shards(2)
+    try:
+        with paddle.no_grad():
+            conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD - 1, 4, 12, 12]))
+            assert calls == []
+            conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD, 4, 12, 12]))
+            assert calls == [2]
+    finally:
+        set_num_shards(old)
 
 
 def test_set_num_shards_rejects_zero():
