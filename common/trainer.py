@@ -204,21 +204,46 @@ class Trainer:
         With ``keep_metadata`` the game's embedding labels of every s_{t+1} are kept in
         ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view.
         """
-        cfg, buf = self.cfg, self.buffer
+        cfg, buf, envs = self.cfg, self.buffer, self.envs
         buf.start(obs)
         episodes = []
         self.embedding_meta = {}
-        for _ in range(cfg.num_local_steps):
-            if self._stop_signal is not None:
-                return None
-            actions, logp, v_ext, v_int = self.ppo.act(obs, self.rng)
-            obs, rewards, dones, infos = self.envs.step(actions)
+        if self._stop_signal is not None:
+            return None
+        # Pipelined: the env groups (two halves of the workers) step in turn, and the policy
+        # picks one group's next actions while the other group's workers step. Groups go in
+        # env order at every step, so the sampler's random numbers reach the same envs as in
+        # one batched call; with one group this is the plain act-step loop.
+        groups = envs.pipeline_groups
+        policy_out = [None] * len(groups)  # (actions, log_probs, v_ext, v_int) of the step in flight
+        for g, (a, b) in enumerate(groups):
+            policy_out[g] = self.ppo.act(obs[a:b], self.rng)
+            envs.step_async(policy_out[g][0], a, b)
+        for t in range(cfg.num_local_steps):
+            step_out = [np.concatenate(x) for x in zip(*policy_out)]
+            last = t + 1 == cfg.num_local_steps
+            obs = np.empty_like(obs)
+            rewards = np.empty(len(obs), np.float32)
+            dones = np.empty(len(obs), bool)
+            infos = []
+            launched = []
+            for g, (a, b) in enumerate(groups):
+                obs[a:b], rewards[a:b], dones[a:b], group_infos = envs.step_wait(a, b)
+                infos.extend(group_infos)
+                if not last and self._stop_signal is None:
+                    policy_out[g] = self.ppo.act(obs[a:b], self.rng)
+                    envs.step_async(policy_out[g][0], a, b)
+                    launched.append((a, b))
             if keep_metadata:
                 for i, info in enumerate(infos):
                     self.embedding_meta[(buf.t, i)] = self.spec.embedding_metadata(info)
-            buf.add(actions, logp, v_ext, v_int, rewards, dones, obs, infos)
+            buf.add(*step_out, rewards, dones, obs, infos)
             for i in np.flatnonzero(dones):
                 episodes.append(infos[i])
+            if self._stop_signal is not None:
+                for a, b in launched:  # leave no step in flight
+                    envs.step_wait(a, b)
+                return None
         if cfg.clip_reward:
             np.sign(buf.rewards_ext, out=buf.rewards_ext)
         return obs, episodes

@@ -6,6 +6,16 @@
     obs, rewards, dones, infos = venv.step(actions)     # uint8[N, ...], float32[N], bool[N], N dicts
     venv.close()                                        # idempotent; also a context manager
 
+and, for pipelining, in independent groups of envs (``venv.pipeline_groups``, a list of
+``(start, stop)`` env ranges; one range for an in-process vector env, two halves of the
+workers for a subprocess one)::
+
+    venv.step_async(actions[start:stop], start, stop)   # returns at once
+    obs_g, rewards_g, dones_g, infos_g = venv.step_wait(start, stop)
+
+While one group steps in its workers, the caller can compute the other group's
+actions (``Trainer.collect`` does).
+
 Contract (shared by :class:`InProcessVecEnv` and :class:`SubprocVecEnv`):
 
 * **Auto-reset.** When env ``i`` ends an episode, ``infos[i]`` gets
@@ -248,20 +258,41 @@ class VecEnv:
         raise NotImplementedError
 
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        self.step_async(actions, 0, self.num_envs)
+        return self.step_wait(0, self.num_envs)
+
+    @property
+    def pipeline_groups(self) -> list[tuple[int, int]]:
+        """``(start, stop)`` env ranges that ``step_async`` / ``step_wait`` can step independently."""
+        return [(0, self.num_envs)]
+
+    def step_async(self, actions, start: int, stop: int) -> None:
+        """Start stepping envs ``start..stop-1`` (one of ``pipeline_groups``) with ``actions``."""
+        raise NotImplementedError
+
+    def step_wait(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Results of the ``step_async`` of that group: uint8[n, ...], float32[n], bool[n], n dicts."""
         raise NotImplementedError
 
     def close(self) -> None:
         raise NotImplementedError
 
+    def _group(self, start: int, stop: int) -> int:
+        groups = self.pipeline_groups
+        if (start, stop) not in groups:
+            raise ValueError(f"envs {start}..{stop - 1} are not one of this VecEnv's groups {groups}")
+        return groups.index((start, stop))
+
     @property
     def closed(self) -> bool:
         return getattr(self, "_closed", False)
 
-    def _actions(self, actions) -> np.ndarray:
+    def _actions(self, actions, n: int | None = None) -> np.ndarray:
+        n = self.num_envs if n is None else n
         a = np.asarray(actions)
-        if a.size != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions, got shape {a.shape}")
-        a = a.reshape(self.num_envs)
+        if a.size != n:
+            raise ValueError(f"expected {n} actions, got shape {a.shape}")
+        a = a.reshape(n)
         if a.dtype.kind not in "iub":
             if a.dtype.kind == "f" and np.all(a == np.round(a)):
                 a = a.astype(np.int64)
@@ -295,14 +326,15 @@ class InProcessVecEnv(VecEnv):
         self._closed = False
         self.num_envs = len(env_fns)
         try:
-            self._group = _EnvGroup(env_fns, 0, seed)
+            self._envs = _EnvGroup(env_fns, 0, seed)
         except _EnvFailure as f:
             self._closed = True
             raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
                                  f.env_index, f.tb) from None
-        self.observation_shape = self._group.observation_shape
-        self.num_actions = self._group.num_actions
+        self.observation_shape = self._envs.observation_shape
+        self.num_actions = self._envs.num_actions
         self._obs = np.zeros((self.num_envs, *self.observation_shape), dtype=np.uint8)
+        self._pending: np.ndarray | None = None
 
     def _guard(self) -> None:
         if self._closed:
@@ -310,18 +342,29 @@ class InProcessVecEnv(VecEnv):
 
     def reset(self) -> np.ndarray:
         self._guard()
+        self._pending = None
         try:
-            self._group.reset(self._obs)
+            self._envs.reset(self._obs)
         except _EnvFailure as f:
             raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
                                  f.env_index, f.tb) from None
         return self._obs.copy()
 
-    def step(self, actions):
+    def step_async(self, actions, start: int, stop: int) -> None:
         self._guard()
-        a = self._actions(actions)
+        self._group(start, stop)
+        if self._pending is not None:
+            raise RuntimeError("step_async called twice without step_wait")
+        self._pending = self._actions(actions)
+
+    def step_wait(self, start: int, stop: int):
+        self._guard()
+        self._group(start, stop)
+        if self._pending is None:
+            raise RuntimeError("step_wait without step_async")
+        a, self._pending = self._pending, None
         try:
-            rewards, dones, infos = self._group.step(a, self._obs)
+            rewards, dones, infos = self._envs.step(a, self._obs)
         except _EnvFailure as f:
             raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
                                  f.env_index, f.tb) from None
@@ -331,7 +374,7 @@ class InProcessVecEnv(VecEnv):
         if self._closed:
             return
         self._closed = True
-        self._group.close()
+        self._envs.close()
 
     def __del__(self):
         try:
@@ -499,6 +542,7 @@ class SubprocVecEnv(VecEnv):
         self._ranges = _split(self.num_envs, self.num_workers)
         self._broken: str | None = None
         self._unresponsive: set[int] = set()  # hung workers: close() terminates them at once
+        self._in_flight: set[int] = set()  # workers with a step sent and not yet received
         ctx = mp.get_context(start_method)
 
         payloads = []
@@ -620,14 +664,30 @@ class SubprocVecEnv(VecEnv):
             except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
                 raise self._dead(w, phase) from None
 
-    def _collect_obs(self, results: dict[int, tuple]) -> np.ndarray:
+    def _collect_obs(self, results: dict[int, tuple], workers: Sequence[int]) -> np.ndarray:
         if self._shm_obs is not None:
-            return self._shm_obs.copy()
-        return np.concatenate([results[w][1] for w in range(self.num_workers)], axis=0)
+            return self._shm_obs[self._ranges[workers[0]][0]:self._ranges[workers[-1]][1]].copy()
+        return np.concatenate([results[w][1] for w in workers], axis=0)
+
+    def _workers(self, start: int, stop: int) -> list[int]:
+        """The workers hosting exactly envs ``start..stop-1``: all of them, or one pipeline group."""
+        if (start, stop) != (0, self.num_envs):
+            self._group(start, stop)
+        return [w for w, (s, e) in enumerate(self._ranges) if start <= s and e <= stop]
 
     # ------------------------------------------------------------------ contract
+    @property
+    def pipeline_groups(self) -> list[tuple[int, int]]:
+        """Two halves of the workers (one range when there is a single worker)."""
+        if self.num_workers < 2:
+            return [(0, self.num_envs)]
+        mid = self._ranges[self.num_workers // 2][0]
+        return [(0, mid), (mid, self.num_envs)]
+
     def reset(self) -> np.ndarray:
         self._guard()
+        if self._in_flight:
+            raise RuntimeError(f"reset while envs of workers {sorted(self._in_flight)} are stepping; step_wait first")
         ok = False
         try:
             self._send_all([("reset", None)] * self.num_workers, "reset")
@@ -636,24 +696,46 @@ class SubprocVecEnv(VecEnv):
         finally:
             if not ok and self._broken is None:
                 self._broken = "interrupted during reset"
-        return self._collect_obs(results)
+        return self._collect_obs(results, range(self.num_workers))
 
-    def step(self, actions):
+    def step_async(self, actions, start: int, stop: int) -> None:
         self._guard()
-        a = self._actions(actions)
+        workers = self._workers(start, stop)
+        if self._in_flight.intersection(workers):
+            raise RuntimeError(f"envs {start}..{stop - 1} are already stepping; step_wait first")
+        a = self._actions(actions, stop - start)
         ok = False
         try:
-            self._send_all([("step", a[start:stop].tolist()) for start, stop in self._ranges], "step")
-            results = self._gather(range(self.num_workers), "step")
+            for w in workers:
+                s, e = self._ranges[w]
+                try:
+                    self._conns[w].send(("step", a[s - start:e - start].tolist()))
+                except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
+                    raise self._dead(w, "step") from None
+                self._in_flight.add(w)
             ok = True
         finally:
             if not ok and self._broken is None:
                 self._broken = "interrupted during step"
-        obs = self._collect_obs(results)
-        rewards = np.concatenate([results[w][2] for w in range(self.num_workers)]).astype(np.float32, copy=False)
-        dones = np.concatenate([results[w][3] for w in range(self.num_workers)]).astype(bool, copy=False)
+
+    def step_wait(self, start: int, stop: int):
+        self._guard()
+        workers = self._workers(start, stop)
+        if not self._in_flight.issuperset(workers):
+            raise RuntimeError(f"step_wait for envs {start}..{stop - 1} without step_async")
+        ok = False
+        try:
+            results = self._gather(workers, "step")
+            ok = True
+        finally:
+            if not ok and self._broken is None:
+                self._broken = "interrupted during step"
+        self._in_flight.difference_update(workers)
+        obs = self._collect_obs(results, workers)
+        rewards = np.concatenate([results[w][2] for w in workers]).astype(np.float32, copy=False)
+        dones = np.concatenate([results[w][3] for w in workers]).astype(bool, copy=False)
         infos: list[dict] = []
-        for w in range(self.num_workers):
+        for w in workers:
             infos.extend(results[w][4])
         return obs, rewards, dones, infos
 

@@ -114,3 +114,35 @@ def test_config_fields_all_have_help_and_round_trip():
             assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
         cfg = parse_config(cls, ["--seed", "7"])
         assert cls.from_dict(cfg.to_dict()) == cfg
+
+
+def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
+    """With 2 env workers, collection steps the halves in turn (policy on one half while the other
+    steps); the rollout equals the plain act-then-step loop over the whole batch, with the same seed."""
+    from common.vec_env import SubprocVecEnv
+
+    def rollout(run_name):
+        cfg = MontezumaConfig(num_processes=4, num_workers=2, num_local_steps=24, batch_size=2, num_epochs=1,
+                              num_global_steps=96, obs_norm_steps=1, eval_interval=0, video_interval=0,
+                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
+                              run_name=run_name, seed=5)
+        tr = Trainer(MONTEZUMA, cfg)
+        tr.envs = tr._make_envs()  # as train() does
+        try:
+            assert isinstance(tr.envs, SubprocVecEnv)
+            groups = tr.envs.pipeline_groups
+            obs, episodes = tr.collect(tr.envs.reset())
+            b = tr.buffer
+            return groups, {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext",
+                                                              "rewards_ext", "dones")}
+        finally:
+            tr.close()
+
+    groups, piped = rollout("piped")
+    assert groups == [(0, 2), (2, 4)]
+    monkeypatch.setattr(SubprocVecEnv, "pipeline_groups", property(lambda self: [(0, self.num_envs)]))
+    _, plain = rollout("plain")
+    for k in ("obs", "actions", "rewards_ext", "dones"):
+        np.testing.assert_array_equal(piped[k], plain[k], err_msg=k)
+    for k in ("log_probs", "values_ext"):  # the policy ran on batches of 2 instead of 4
+        np.testing.assert_allclose(piped[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)

@@ -193,6 +193,49 @@ def test_episode_stats_are_raw_reward_sums():
         assert episodes == 8
 
 
+@pytest.mark.parametrize("workers", [0, 1, 3, 4])
+def test_pipelined_groups_step_like_the_whole_vector(workers):
+    """step_async/step_wait group by group gives exactly what step() gives for the same seed."""
+    n, actions = 5, [[2, 1, 0, 1, 2], [0, 0, 1, 2, 1], [1, 2, 2, 0, 0], [2, 2, 2, 1, 0]]
+    with make_vec_env(counting(n, episode_len=3), num_workers=workers, seed=4) as whole:
+        ref = [whole.reset()] + [whole.step(a) for a in actions]
+    with make_vec_env(counting(n, episode_len=3), num_workers=workers, seed=4) as venv:
+        groups = venv.pipeline_groups
+        assert groups[0][0] == 0 and groups[-1][1] == n and len(groups) == (2 if workers >= 2 else 1)
+        assert all(a < b and b == c for (a, b), (c, _) in zip(groups, groups[1:]))
+        got = [venv.reset()]
+        for a in actions:
+            for s, e in groups:  # all groups in flight at once, then collected
+                venv.step_async(np.asarray(a[s:e]), s, e)
+            parts = [venv.step_wait(s, e) for s, e in groups]
+            got.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                        np.concatenate([p[2] for p in parts]), [i for p in parts for i in p[3]]))
+    np.testing.assert_array_equal(got[0], ref[0])
+    for (o, r, d, i), (o2, r2, d2, i2) in zip(got[1:], ref[1:]):
+        np.testing.assert_array_equal(o, o2)
+        np.testing.assert_array_equal(r, r2)
+        np.testing.assert_array_equal(d, d2)
+        assert [x.get("episode") for x in i] == [x.get("episode") for x in i2]
+        assert sum("episode" in x for x in i) > 0 or not d.any()
+
+
+def test_step_async_misuse_is_refused():
+    with SubprocVecEnv(counting(4), num_workers=2, seed=0) as venv:
+        venv.reset()
+        (a, b), (c, d) = venv.pipeline_groups
+        with pytest.raises(ValueError, match="not one of this VecEnv's groups"):
+            venv.step_async([0], 0, 1)
+        with pytest.raises(RuntimeError, match="without step_async"):
+            venv.step_wait(a, b)
+        venv.step_async([0] * (b - a), a, b)
+        with pytest.raises(RuntimeError, match="already stepping"):
+            venv.step_async([0] * (b - a), a, b)
+        with pytest.raises(RuntimeError, match="step_wait first"):
+            venv.reset()
+        venv.step_wait(a, b)
+        venv.step([0, 1, 2, 0])  # back to normal
+
+
 def test_make_vec_env_in_process_and_action_validation():
     with make_vec_env(counting(2), num_workers=0, seed=0) as venv:
         assert isinstance(venv, InProcessVecEnv)
