@@ -26,7 +26,9 @@ without the parent's ``__main__`` (spawn would re-import the training script).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import multiprocessing as mp
 import multiprocessing.connection
 import signal
@@ -35,6 +37,8 @@ import traceback
 
 from common.vec_env import _describe_exitcode, _worker_launch
 
+
+EVAL_NICENESS = 10  # os.nice increment of the eval process
 
 class EvalProcessError(RuntimeError):
     """The evaluation process raised (the message carries its traceback) or died."""
@@ -53,6 +57,11 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
 
         paddle = require_paddle()
         paddle.base.core.set_num_threads(1)
+        # Background work: the training loop comes first, the eval uses what it leaves idle.
+        # Measured on 2 cores (docs/performance.md): end to end unchanged, the loop's own phases
+        # no longer slowed by the eval (collection 185 -> 250 steps/s while an eval runs).
+        with contextlib.suppress(AttributeError, OSError):
+            os.nice(EVAL_NICENESS)
         spec = getattr(importlib.import_module(module), attr)
         cfg = spec.config_cls.from_dict(cfg_dict)
         set_device(cfg.device)
