@@ -13,6 +13,7 @@ aborts at once.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import copy
 import math
@@ -89,6 +90,7 @@ class Trainer:
         self._stop_signal = None
         self._eval_env = None
         self.evaluator = None        # the eval process (eval_in_background), started at the first eval
+        self._side = None            # thread for the intrinsic module's update step (see learn)
         self._eval_pending = None    # the state the running background eval plays (kept for the success checkpoint)
         self._eval_intrinsic_module = None  # that state's intrinsic module, for the eval's intrinsic reward
         self.last_eval = None        # the latest logged eval result
@@ -261,14 +263,27 @@ class Trainer:
         return raw
 
     def learn(self) -> dict | None:
-        """PPO epochs over the buffer; returns mean losses, or None if a non-finite loss skipped it."""
+        """PPO epochs over the buffer; returns mean losses, or None if a non-finite loss skipped it.
+
+        With more than one CPU thread (``num_threads``), each minibatch's intrinsic-module
+        step runs on a second thread while the PPO step runs here: they share no
+        parameters, optimizers or random generators, so the result is the sequential one
+        (Paddle's grad mode is per thread). The one difference: on a non-finite PPO loss
+        the intrinsic step of that minibatch has already been applied.
+        """
         cfg = self.cfg
         sums, count = collections.defaultdict(float), 0
         self.policy.train()
+        side = self._side_thread()
         for _ in range(cfg.num_epochs):
             for batch in self.buffer.minibatches(cfg.batch_size, self.rng):
-                out = self.ppo.step(batch)
-                int_out = self.intrinsic.update(batch) if out is not None else {}
+                if side is not None:
+                    pending = side.submit(self.intrinsic.update, batch)
+                    out = self.ppo.step(batch)
+                    int_out = pending.result()
+                else:
+                    out = self.ppo.step(batch)
+                    int_out = self.intrinsic.update(batch) if out is not None else {}
                 if out is None or not all(np.isfinite(v) for v in int_out.values()):
                     return None
                 for k, v in out.items():
@@ -277,6 +292,14 @@ class Trainer:
                     sums[k] += v
                 count += 1
         return {k: v / count for k, v in sums.items()}
+
+    def _side_thread(self):
+        """The thread for the intrinsic step (CPU, more than one thread configured), else None."""
+        if self.cfg.device != "cpu" or (self.cfg.num_threads or os.cpu_count() or 1) == 1:
+            return None
+        if self._side is None:
+            self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="intrinsic-update")
+        return self._side
 
     # ------------------------------------------------------------------ evaluation
     def _eval_seed(self) -> int:
@@ -531,6 +554,9 @@ class Trainer:
         return list(self.recent[-1].keys()) if self.recent else []
 
     def close(self):
+        if getattr(self, "_side", None) is not None:
+            self._side.shutdown(wait=True)
+            self._side = None
         if self.evaluator is not None:
             self._cancel_eval()
         if self.envs is not None:

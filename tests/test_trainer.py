@@ -146,3 +146,23 @@ def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
         np.testing.assert_array_equal(piped[k], plain[k], err_msg=k)
     for k in ("log_probs", "values_ext"):  # the policy ran on batches of 2 instead of 4
         np.testing.assert_allclose(piped[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_intrinsic_step_on_a_side_thread_changes_nothing(tmp_path, monkeypatch):
+    """learn() runs the RND step on a second thread (CPU, num_threads > 1): same parameters, bit for bit."""
+    results = []
+    for side in (True, False):
+        if not side:
+            monkeypatch.setattr(Trainer, "_side_thread", lambda self: None)
+        t = Trainer(MARIO, tiny(tmp_path, run_name=f"side{side}", num_threads=2, num_processes=2, batch_size=2,
+                                num_local_steps=16, seed=9))
+        assert (t._side_thread() is not None) == side
+        fill_fixed_rollout(t)
+        with t.math_threads():
+            losses = t.learn()
+        results.append((losses, params(t.policy) + params(t.intrinsic.predictor)))
+        t.close()
+    (la, pa), (lb, pb) = results
+    assert la == lb
+    for x, y in zip(pa, pb):
+        np.testing.assert_array_equal(x, y)
