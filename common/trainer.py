@@ -168,6 +168,10 @@ class Trainer:
         print(f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
               "(press Ctrl-C again to abort without saving)", flush=True)
 
+    def _cpu_threads(self) -> int:
+        """Threads for the networks: ``num_threads`` (0 = one per core) on CPU, 1 on GPU."""
+        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
+
     @contextlib.contextmanager
     def math_threads(self):
         """Convolutions on ``num_threads`` batch shards (threads) while the trainer runs Paddle.
@@ -178,8 +182,8 @@ class Trainer:
         pool. Collection steps the envs and runs the policy in turn, so the shards never
         compete with the env workers; batches under 16 samples are not split.
         """
-        n = self.cfg.num_threads or os.cpu_count() or 1
-        if n == 1 or self.cfg.device != "cpu":
+        n = self._cpu_threads()
+        if n == 1:
             yield
             return
         old = set_num_shards(n)
@@ -295,7 +299,7 @@ class Trainer:
 
     def _side_thread(self):
         """The thread for the intrinsic step (CPU, more than one thread configured), else None."""
-        if self.cfg.device != "cpu" or (self.cfg.num_threads or os.cpu_count() or 1) == 1:
+        if self._cpu_threads() == 1:
             return None
         if self._side is None:
             self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="intrinsic-update")
