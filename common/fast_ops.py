@@ -27,6 +27,7 @@ layers' kernels.
 """
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,6 +44,7 @@ _HAS_KERNELS = all(hasattr(_C_ops, n) for n in (
     "conv2d_grad"))
 
 MIN_SHARD = 8  # samples per shard at least
+MIN_SHARD_ELEMENTS = 1 << 17  # and input elements per shard (one Mario frame stack: 28,224)
 _num_shards = 1
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -185,11 +187,13 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     """Run ``act(conv(x))`` for each ``(conv, slope)`` in ``layers``; x float32[B, C, H, W] (NCHW).
 
     Returns the last output, or ``(last, output of layer keep)`` when ``keep`` is given.
-    With ``set_num_shards(n)``, n > 1, on CPU, the batch runs as up to n shards on n threads.
+    With ``set_num_shards(n)``, n > 1, on CPU, the batch runs as up to n shards on n threads,
+    each of at least ``MIN_SHARD`` samples and ``MIN_SHARD_ELEMENTS`` input elements.
     """
     layers = list(layers)
     attrs = [_conv_attrs(c) for c, _ in layers]
-    n = min(_num_shards, x.shape[0] // MIN_SHARD)  # tiny batches: thread hand-offs would cost more
+    # small batches and small inputs: the thread hand-offs would cost more than they save
+    n = min(_num_shards, x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
     sharded = (n > 1 and _HAS_KERNELS and paddle.get_device() == "cpu" and all(a is not None for a in attrs)
                and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers))
     if not sharded:

@@ -30,6 +30,7 @@ RTOL, ATOL = 1e-4, 1e-5
 def shards(request, monkeypatch):
     """Run each test with the batch whole and split into 2 shards on 2 threads (even tiny batches)."""
     monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
+    monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
     old = set_num_shards(request.param)
     yield request.param
     set_num_shards(old)
@@ -139,6 +140,7 @@ def test_conv_act_matches_layers(slope, shards):
 def test_conv_stack_shards_match_layers(batch, monkeypatch):
     """Uneven shards (5 = 2 + 2 + 1), a single sample, input gradients through a stack, and the kept map."""
     monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
+    monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
     paddle.seed(7)
     convs = [paddle.nn.Conv2D(4, 8, 8, stride=4), paddle.nn.Conv2D(8, 16, 3, stride=2, padding=1),
              paddle.nn.Conv2D(16, 16, 3, stride=1)]
@@ -172,16 +174,20 @@ def test_conv_stack_shards_match_layers(batch, monkeypatch):
 
 
 def test_small_batches_are_not_split(monkeypatch):
-    """Below 2 x MIN_SHARD samples the stack runs whole (thread hand-offs would cost more than they save)."""
+    """Shards need MIN_SHARD samples and MIN_SHARD_ELEMENTS input elements each (hand-offs cost more)."""
     calls = []
     monkeypatch.setattr(fast_ops, "_shard_forward", lambda *a: calls.append(len(a[-1])) or a[-1])
     conv = paddle.nn.Conv2D(4, 8, 3)
+    side = 64  # 4 x 64 x 64 = 16,384 elements per sample
+    per_sample = 4 * side * side
+    enough = max(2 * fast_ops.MIN_SHARD, -(-2 * fast_ops.MIN_SHARD_ELEMENTS // per_sample))
     old = set_num_shards(2)
     try:
         with paddle.no_grad():
-            conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD - 1, 4, 12, 12]))
+            conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD - 1, 4, side, side]))
+            conv_stack([(conv, 0.0)], paddle.rand([64, 4, 7, 7]))  # many samples, tiny inputs (MiniGrid)
             assert calls == []
-            conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD, 4, 12, 12]))
+            conv_stack([(conv, 0.0)], paddle.rand([enough, 4, side, side]))
             assert calls == [2]
     finally:
         set_num_shards(old)
