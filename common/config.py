@@ -28,10 +28,9 @@ class TrainConfig:
     # --- run -------------------------------------------------------------------------
     seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
     device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
-    num_threads: int = arg(0, "CPU threads for the networks: each convolution batch of 16 or more samples "
-                              "runs as this many shards, one thread each, and the intrinsic module's update "
-                              "step runs beside the PPO step (0: os.cpu_count(); 1: neither). See "
-                              "docs/performance.md")
+    num_threads: int = arg(0, "CPU threads for the networks: each large enough convolution batch runs as "
+                              "this many shards, one thread each, and the intrinsic module's update step runs "
+                              "beside the PPO step (0: os.cpu_count(); 1: neither). See docs/performance.md")
     log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
                                 "videos and checkpoints into log_path/run_name")
     run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")

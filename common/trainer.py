@@ -180,7 +180,7 @@ class Trainer:
         oversubscribe the cores (``docs/performance.md``), so the parallelism is ours:
         ``common.fast_ops`` splits each convolution batch into shards run on a thread
         pool. Collection steps the envs and runs the policy in turn, so the shards never
-        compete with the env workers; batches under 16 samples are not split.
+        compete with the env workers; small batches are not split (``fast_ops.MIN_SHARD``).
         """
         n = self._cpu_threads()
         if n == 1:
