@@ -219,11 +219,12 @@ def main(argv=None):
     print(f"machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f} at start")
     cores = os.cpu_count() or 1
+    mario_workers, mont_workers = min(6, cores), min(8, cores)  # the trainer's default: one per core
     if "env" not in a.skip:
-        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", str(min(6, cores)), str(a.env_steps)],
-                                        f"env-only Mario 6 envs, {min(6, cores)} workers")
-        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", str(min(8, cores)),
-                                        str(a.env_steps * 4)], f"env-only Montezuma 8 envs, {min(8, cores)} workers")
+        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", str(mario_workers), str(a.env_steps)],
+                                        f"env-only Mario 6 envs, {mario_workers} workers")
+        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", str(mont_workers),
+                                        str(a.env_steps * 4)], f"env-only Montezuma 8 envs, {mont_workers} workers")
         res["env_mont128"], _ = run_child([me, "--child", "env", "montezuma", "128", str(cores),
                                            str(max(10, a.env_steps // 4))], f"env-only Montezuma 128 envs, {cores} workers")
     if "tutorial" not in a.skip:
@@ -276,7 +277,7 @@ def main(argv=None):
     if "mario" in res and "env_mario" in res:
         n = sum([6 * L] * len(res["mario"]["collect"]))
         c = n / sum(res["mario"]["collect"])
-        print(f"Mario collection vs env-only (6 envs, {min(6, cores)} workers): {c:.1f} / "
+        print(f"Mario collection vs env-only (6 envs, {mario_workers} workers): {c:.1f} / "
               f"{res['env_mario']['rate']:.1f} = {c / res['env_mario']['rate']:.2f}")
     if "mont" in res:
         mt = res["mont"]
@@ -286,7 +287,7 @@ def main(argv=None):
               f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
               f"{len(mt['eval_steps'])} eval(s), {sum(mt['eval']):.1f} s of the loop)")
         if "env_mont" in res:
-            print(f"Montezuma collection vs env-only (8 envs, {min(8, cores)} workers): {c:.1f} / "
+            print(f"Montezuma collection vs env-only (8 envs, {mont_workers} workers): {c:.1f} / "
                   f"{res['env_mont']['rate']:.1f} = {c / res['env_mont']['rate']:.2f}")
     if "mont128" in res and "env_mont128" in res:
         c = 128 * 16 * len(res["mont128"]["collect"]) / sum(res["mont128"]["collect"])

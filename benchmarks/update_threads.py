@@ -62,11 +62,11 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     import numpy as np
+    import paddle
 
     from common.device import set_device
     from common.fast_ops import set_num_shards
 
-    paddle = __import__("paddle")
     set_device("cpu")  # also the trainer's host-allocator tuning
     paddle.seed(0)
     core = paddle.base.core

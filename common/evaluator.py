@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import multiprocessing as mp
 import multiprocessing.connection
+import os
 import signal
 import time
 import traceback
@@ -39,6 +39,7 @@ from common.vec_env import _describe_exitcode, _worker_launch
 
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
+
 
 class EvalProcessError(RuntimeError):
     """The evaluation process raised (the message carries its traceback) or died."""

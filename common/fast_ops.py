@@ -22,8 +22,8 @@ the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
 Parameters are the layers' own, so state dicts and checkpoints are unchanged.
 ``tests/test_fast_update.py`` checks outputs and gradients against the plain layers,
 sharded and unsharded. The number of shards (``set_num_shards``) is 1 unless the trainer
-raises it for the update (``TrainConfig.num_threads``); GPU runs always use the plain
-layers' kernels.
+raises it while it runs the networks (``TrainConfig.num_threads``); GPU runs always use
+the plain layers' kernels.
 """
 from __future__ import annotations
 
@@ -62,10 +62,6 @@ def set_num_shards(n: int) -> int:
                 _pool.shutdown(wait=True)
             _pool = ThreadPoolExecutor(_num_shards, thread_name_prefix="conv-shard")
     return old
-
-
-def num_shards() -> int:
-    return _num_shards
 
 
 def _map(fn, items):
@@ -125,17 +121,15 @@ def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Te
             y = y + conv.bias.reshape([1, -1, 1, 1])
         return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
     if not paddle.is_grad_enabled() or (y.stop_gradient and conv.bias.stop_gradient):
-        _C_ops.add_(y, conv.bias.reshape([y.shape[1], 1, 1]))  # y is ours: in place (see _conv_bias_act_)
-        return _C_ops.relu_(y) if slope == 0.0 else _C_ops.leaky_relu_(y, slope)
+        return _bias_act_(y, conv.bias.reshape([y.shape[1], 1, 1]), slope)
     return _BiasAct.apply(y, conv.bias, float(slope))
 
 
-def _conv_bias_act_(x, w, br, attrs, slope):
-    """act(conv(x) + br) with the bias and activation applied in place: no autograd, detached inputs.
+def _bias_act_(y, br, slope):
+    """act(y + br) in place on a conv output y that nothing else holds (no autograd); br float32[C, 1, 1].
 
     In place because every fresh activation-sized buffer costs page faults (docs/performance.md).
     """
-    y = _C_ops.conv2d(x, w, *attrs)
     _C_ops.add_(y, br)
     return _C_ops.relu_(y) if slope == 0.0 else _C_ops.leaky_relu_(y, slope)
 
@@ -143,7 +137,7 @@ def _conv_bias_act_(x, w, br, attrs, slope):
 def _shard_forward(w, b, attrs, slope, xs):
     """act(conv(x) + b) for every shard, one thread each; all inputs detached (no autograd here)."""
     br = b.reshape([w.shape[0], 1, 1])
-    return _map(lambda x: _conv_bias_act_(x, w, br, attrs, slope), xs)
+    return _map(lambda x: _bias_act_(_C_ops.conv2d(x, w, *attrs), br, slope), xs)
 
 
 class _ShardedConvAct(PyLayer):
@@ -191,12 +185,13 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     each of at least ``MIN_SHARD`` samples and ``MIN_SHARD_ELEMENTS`` input elements.
     """
     layers = list(layers)
-    attrs = [_conv_attrs(c) for c, _ in layers]
     # small batches and small inputs: the thread hand-offs would cost more than they save
     n = min(_num_shards, x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
-    sharded = (n > 1 and _HAS_KERNELS and paddle.get_device() == "cpu" and all(a is not None for a in attrs)
-               and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers))
-    if not sharded:
+    attrs = None
+    if (n > 1 and _HAS_KERNELS and paddle.get_device() == "cpu"
+            and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers)):
+        attrs = [_conv_attrs(c) for c, _ in layers]
+    if attrs is None or None in attrs:
         kept = None
         for i, (conv, slope) in enumerate(layers):
             x = conv_act(conv, x, slope)

@@ -70,7 +70,7 @@ class DistillationModule(IntrinsicModule):
                                 paddle.to_tensor((1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)))
         mean, inv_std = self._norm_cache
         x = paddle.to_tensor(self._select(obs)).astype("float32")
-        if x.place.is_cpu_place() and hasattr(_C_ops, "clip_"):  # same values, in place: 1.7x faster on CPU
+        if hasattr(_C_ops, "clip_"):  # x is a fresh copy: the same values in place, 1.7x faster on CPU
             _C_ops.subtract_(x, mean)
             _C_ops.multiply_(x, inv_std)
             return _C_ops.clip_(x, -OBS_CLIP, OBS_CLIP)
