@@ -112,8 +112,12 @@ def _conv_attrs(conv: nn.Conv2D):
     return (list(conv._stride), list(pad), "EXPLICIT", list(conv._dilation), conv._groups, "NCHW")
 
 
+@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
 def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Tensor:
     """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU."""
+    if not paddle.in_dynamic_mode():  # traced for export (common.inference): the plain layer
+        y = conv(x)
+        return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
     y = F.conv2d(x, conv.weight, None, stride=conv._stride, padding=conv._padding, dilation=conv._dilation,
                  groups=conv._groups, data_format=conv._data_format)
     if conv.bias is None or not _HAS_KERNELS:
@@ -177,6 +181,7 @@ class _ShardedConvAct(PyLayer):
         return (dw, db, *[r[0] for r in res])
 
 
+@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
 def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     """Run ``act(conv(x))`` for each ``(conv, slope)`` in ``layers``; x float32[B, C, H, W] (NCHW).
 
@@ -188,7 +193,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     # small batches and small inputs: the thread hand-offs would cost more than they save
     n = min(_num_shards, x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
     attrs = None
-    if (n > 1 and _HAS_KERNELS and paddle.get_device() == "cpu"
+    if (n > 1 and _HAS_KERNELS and paddle.in_dynamic_mode() and paddle.get_device() == "cpu"
             and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers)):
         attrs = [_conv_attrs(c) for c, _ in layers]
     if attrs is None or None in attrs:
@@ -213,6 +218,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     return out if keep is None else (out, kept)
 
 
+@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
 def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
     """Run an ``nn.Sequential`` (or list of layers), fusing runs of NCHW Conv2D + ReLU/LeakyReLU pairs."""
     layers = list(seq)

@@ -64,18 +64,40 @@ class PPO:
         self.optimizer = paddle.optimizer.Adam(
             learning_rate=lr, parameters=policy.parameters(),
             grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
+        self.engine = None         # optional forward-only copy for act/values (common.inference)
+        self._engine_fresh = False  # the engine holds the policy's current weights
+
+    def use_engine(self, engine) -> None:
+        """Run ``act``/``values`` on ``engine`` (``uint8 obs -> [logits, v_ext, v_int]`` numpy), e.g. a
+        ``common.inference.InferenceEngine``, whenever it holds the current weights (``sync_engine``)."""
+        self.engine, self._engine_fresh = engine, False
+
+    def sync_engine(self) -> None:
+        """Copy the policy's weights into the engine if they changed since (call before a rollout)."""
+        if self.engine is not None and not self._engine_fresh:
+            self.engine.refresh()
+            self._engine_fresh = True
+
+    def weights_changed(self) -> None:
+        """Mark the engine stale after the policy's weights were changed outside ``step`` (a load)."""
+        self._engine_fresh = False
 
     @paddle.no_grad()
+    def forward_numpy(self, obs: np.ndarray):
+        """(logits, v_ext, v_int) as numpy for uint8[N, C, H, W]: on the engine when it is current."""
+        if self._engine_fresh and len(obs) >= self.engine.min_batch:
+            return tuple(self.engine(obs))
+        return tuple(t.numpy() for t in self.policy(obs_to_tensor(obs)))
+
     def act(self, obs: np.ndarray, rng: np.random.Generator):
         """Sample actions for uint8[N, C, H, W]; returns numpy (actions, log_probs, v_ext, v_int)."""
-        logits, v_ext, v_int = self.policy(obs_to_tensor(obs))
-        actions, logp = sample_actions(logits.numpy(), rng)
-        return actions, logp, v_ext.numpy(), v_int.numpy()
+        logits, v_ext, v_int = self.forward_numpy(obs)
+        actions, logp = sample_actions(logits, rng)
+        return actions, logp, v_ext, v_int
 
-    @paddle.no_grad()
     def values(self, obs: np.ndarray):
-        _, v_ext, v_int = self.policy(obs_to_tensor(obs))
-        return v_ext.numpy(), v_int.numpy()
+        _, v_ext, v_int = self.forward_numpy(obs)
+        return v_ext, v_int
 
     def _value_loss(self, v, ret):
         if self.value_loss == "smooth_l1":
@@ -113,6 +135,7 @@ class PPO:
         self.optimizer.clear_grad()
         total.backward()
         self.optimizer.step()
+        self._engine_fresh = False
         out = {k: float(v) for k, v in terms.items()}
         out["total"] = total_value
         return out

@@ -37,6 +37,7 @@ from common.checkpoint import (CheckpointError, check_compatible, load_checkpoin
                                save_checkpoint, set_optimizer_state)
 from common.evaluator import BackgroundEvaluator  # noqa: E402
 from common.fast_ops import set_num_shards  # noqa: E402
+from common.inference import InferenceEngine  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
@@ -73,6 +74,13 @@ class Trainer:
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
             max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
             target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
+        if cfg.device == "cpu" and cfg.inference != "dygraph":
+            precision = "bf16" if cfg.inference == "onednn-bf16" else "fp32"
+            try:
+                self.ppo.use_engine(InferenceEngine(self.policy, self.obs_shape, precision=precision))
+            except Exception as e:  # no oneDNN in this Paddle, or a network the exporter cannot trace
+                warnings.warn(f"--inference {cfg.inference} is unavailable ({type(e).__name__}: {e}); collection "
+                              "runs the training network (--inference dygraph)")
         self.intrinsic = self._new_intrinsic()
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
@@ -141,6 +149,7 @@ class Trainer:
         check_compatible(state, self.spec.name, {"policy": self.policy.state_dict(),
                                                  "intrinsic_name": self.cfg.intrinsic}, path)
         self.policy.set_state_dict(state["policy"])
+        self.ppo.weights_changed()
         set_optimizer_state(self.ppo.optimizer, state["optimizer"])
         try:
             self.intrinsic.set_state_dict(state["intrinsic"])
@@ -211,6 +220,7 @@ class Trainer:
         ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view.
         """
         cfg, buf, envs = self.cfg, self.buffer, self.envs
+        self.ppo.sync_engine()
         buf.start(obs)
         episodes = []
         self.embedding_meta = {}
@@ -565,6 +575,8 @@ class Trainer:
             self._cancel_eval()
         if self.envs is not None:
             self.envs.close()
+        if getattr(self, "ppo", None) is not None and self.ppo.engine is not None:
+            self.ppo.engine.close()
         if self._eval_env is not None:
             self._eval_env.close()
             self._eval_env = None

@@ -27,6 +27,7 @@ from common.intrinsic.networks import param_attrs
 from gridworld.env import CHANNEL_SIZES
 
 
+@paddle.jit.not_to_static  # plain Python loop over the channels when traced for export (common.inference)
 def one_hot_codes(x: paddle.Tensor, sizes=CHANNEL_SIZES) -> paddle.Tensor:
     """float32[B, C, H, W] in [0, 1] (= uint8 codes / 255) -> float32[B, sum(sizes), H, W] one-hot."""
     codes = paddle.round(x * 255.0).astype("int64")

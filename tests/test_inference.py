@@ -1,0 +1,116 @@
+"""The oneDNN inference engine that runs the policy during collection (common/inference.py)."""
+import numpy as np
+import paddle
+import pytest
+
+from common.inference import InferenceEngine, onednn_available
+from common.ppo import PPO, obs_to_tensor
+from mario.model import MARIO
+from montezuma.model import RNDPolicy
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this Paddle has no oneDNN predictor")
+
+
+def reference(net, obs):
+    with paddle.no_grad():
+        return [t.numpy() for t in net(obs_to_tensor(obs))]
+
+
+def assert_close(outs, refs, rtol=1e-5, atol=1e-5):
+    assert [o.shape for o in outs] == [r.shape for r in refs]
+    for o, r in zip(outs, refs):
+        assert o.dtype == np.float32
+        np.testing.assert_allclose(o, r, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("net_cls,actions", [(MARIO, 7), (RNDPolicy, 18)])
+def test_engine_matches_the_training_network_and_follows_its_weights(net_cls, actions):
+    paddle.seed(3)
+    net = net_cls(4, actions)
+    obs = np.random.default_rng(0).integers(0, 256, size=(9, 4, 84, 84), dtype=np.uint8)
+    engine = InferenceEngine(net, (4, 84, 84))
+    try:
+        assert_close(engine(obs), reference(net, obs))
+        assert_close(engine(obs[:1]), reference(net, obs[:1]))  # any batch size
+        with paddle.no_grad():
+            for p in net.parameters():
+                p.set_value(p * 1.5 + 0.01)
+        stale = engine(obs)
+        assert not np.allclose(stale[0], reference(net, obs)[0], rtol=1e-3, atol=1e-4)  # a copy: needs refresh
+        engine.refresh()
+        assert_close(engine(obs), reference(net, obs))
+    finally:
+        engine.close()
+
+
+def test_bf16_engine_is_close_to_fp32():
+    paddle.seed(4)
+    net = RNDPolicy(4, 18)
+    obs = np.random.default_rng(1).integers(0, 256, size=(16, 4, 84, 84), dtype=np.uint8)
+    engine = InferenceEngine(net, (4, 84, 84), precision="bf16")
+    try:
+        for o, r in zip(engine(obs), reference(net, obs)):
+            np.testing.assert_allclose(o, r, atol=0.02 * (np.abs(r).max() + 1e-3))
+    finally:
+        engine.close()
+    with pytest.raises(ValueError, match="'fp16'.*|fp16"):
+        InferenceEngine(net, (4, 84, 84), precision="fp16")
+
+
+def test_ppo_uses_the_engine_only_while_it_holds_the_current_weights():
+    paddle.seed(5)
+    net = MARIO(4, 7)
+    ppo = PPO(net, lr=1e-3, epsilon=0.2, beta=0.01, vf_coef=0.5, max_grad_norm=0.5)
+    calls = []
+
+    class Spy(InferenceEngine):
+        def __call__(self, obs):
+            calls.append(len(obs))
+            return super().__call__(obs)
+
+    ppo.use_engine(Spy(net, (4, 84, 84)))
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
+    ppo.act(obs, rng)
+    assert calls == []                   # not synced yet: the training network
+    ppo.sync_engine()
+    a1 = ppo.act(obs, rng)
+    ppo.values(obs[:3])                  # below min_batch: the training network
+    assert calls == [8]
+    batch = {"obs": obs, "actions": a1[0], "log_probs": a1[1], "advantages": np.ones(8, np.float32),
+             "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
+    ppo.step(batch)                      # new weights: stale until the next sync
+    ppo.values(obs)
+    assert calls == [8]
+    ppo.sync_engine()
+    v_ext, _ = ppo.values(obs)
+    assert calls == [8, 8]
+    np.testing.assert_allclose(v_ext, reference(net, obs)[1], rtol=1e-5, atol=1e-5)
+    ppo.engine.close()
+
+
+def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path):
+    """The default (--inference onednn) and --inference dygraph give the same rollout from one seed."""
+    from common.trainer import Trainer
+    from montezuma.train import SPEC, MontezumaConfig
+
+    def rollout(inference):
+        cfg = MontezumaConfig(num_processes=8, num_workers=-1, num_local_steps=12, batch_size=2, num_epochs=1,
+                              num_global_steps=96, obs_norm_steps=1, eval_interval=0, video_interval=0,
+                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
+                              run_name=inference, seed=11, inference=inference)
+        tr = Trainer(SPEC, cfg)
+        tr.envs = tr._make_envs()
+        try:
+            assert (tr.ppo.engine is not None) == (inference == "onednn")
+            tr.collect(tr.envs.reset())
+            b = tr.buffer
+            return {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext", "values_int")}
+        finally:
+            tr.close()
+
+    fast, plain = rollout("onednn"), rollout("dygraph")
+    for k in ("obs", "actions"):
+        np.testing.assert_array_equal(fast[k], plain[k], err_msg=k)
+    for k in ("log_probs", "values_ext", "values_int"):
+        np.testing.assert_allclose(fast[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
