@@ -3,10 +3,11 @@
 Paddle's dygraph runs CPU convolutions with its own per-sample im2col + GEMM kernels; the
 oneDNN kernels compiled into the same wheel are only selected by Paddle Inference. For the
 policy's forward pass during collection (no gradients) a predictor built from the same
-weights is 1.3x (batch 4) to 2x (batch 64-128) faster on one core, with outputs equal to
-the dygraph network's within ~1e-8 (``tests/test_inference.py``; numbers in
-``docs/performance.md``). Training stays in dygraph: oneDNN's training kernels were
-slower than the dygraph path here.
+weights is 1.4x (batch 4) to 2-2.7x (batch 64-128) faster on one core, with outputs equal
+to the dygraph network's within ~1e-6 (``tests/test_inference.py``; numbers from
+``benchmarks/inference.py`` in ``docs/performance.md``). Training stays in dygraph: Paddle
+reorders tensors between layouts around every oneDNN training op, which cost more than the
+faster kernels saved.
 
 ``InferenceEngine(net, obs_shape)`` exports ``net(obs_to_tensor(x))`` once (``paddle.jit.save``
 of the static graph; ``common.fast_ops`` falls back to the plain layers when traced) and
