@@ -19,8 +19,10 @@ workers hold the cores.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -39,6 +41,22 @@ def onednn_available() -> bool:
         return False
     return bool(paddle.is_compiled_with_onednn() if hasattr(paddle, "is_compiled_with_onednn")
                 else paddle.base.core.is_compiled_with_mkldnn())
+
+
+@contextlib.contextmanager
+def _native_stderr_to(path: str):
+    """Send C++-level stderr (glog) to ``path`` for the block: the exporter logs a harmless
+    "PIR not support input out tensor" warning for every tensor add it traces."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "w") as f:
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class _ObsInput(nn.Layer):
@@ -81,8 +99,14 @@ class InferenceEngine:
         prefix = os.path.join(self.dir, _PREFIX)
         was_training = net.training
         net.eval()
+        log = os.path.join(self.dir, "export.log")
         try:
-            paddle.jit.save(_ObsInput(net), prefix, input_spec=[InputSpec([None, *obs_shape], "uint8", "obs")])
+            with _native_stderr_to(log):
+                paddle.jit.save(_ObsInput(net), prefix, input_spec=[InputSpec([None, *obs_shape], "uint8", "obs")])
+        except Exception:
+            with open(log) as f:
+                sys.stderr.write(f.read())  # whatever Paddle logged, next to the exception
+            raise
         finally:
             net.train(was_training)
         model_files = [f for f in os.listdir(self.dir) if f.startswith(_PREFIX + ".") and not f.endswith("params")]
