@@ -29,8 +29,9 @@ class TrainConfig:
     seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
     device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
     num_threads: int = arg(0, "CPU threads for the networks: each large enough convolution batch runs as "
-                              "this many shards, one thread each, and the intrinsic module's update step runs "
-                              "beside the PPO step (0: os.cpu_count(); 1: neither). See docs/performance.md")
+                              "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
+                              "and the intrinsic module's update step runs beside the PPO step "
+                              "(0: os.cpu_count(); 1: neither). See docs/performance.md")
     inference: str = arg("onednn", "what runs the policy's forward passes during collection on CPU: onednn (Paddle "
                                    "Inference + oneDNN, a copy refreshed after every update; outputs equal within "
                                    "~1e-6, 1.3-2x faster), onednn-bf16 (bfloat16 on AVX512-BF16/AMX CPUs: faster "

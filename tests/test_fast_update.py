@@ -16,6 +16,7 @@ paddle = pytest.importorskip("paddle")
 import paddle.nn.functional as F  # noqa: E402
 
 import common.fast_ops as fast_ops  # noqa: E402
+import common.onednn_conv as onednn_conv  # noqa: E402
 import common.intrinsic.networks as networks  # noqa: E402
 import mario.model as mario_model  # noqa: E402
 import montezuma.model as montezuma_model  # noqa: E402
@@ -173,10 +174,19 @@ def test_conv_stack_shards_match_layers(batch, monkeypatch):
             np.testing.assert_allclose(np.asarray(a), b, rtol=RTOL, atol=ATOL)
 
 
-def test_small_batches_are_not_split(monkeypatch):
+@pytest.mark.parametrize("kernels", ["paddle", "onednn"])
+def test_small_batches_are_not_split(monkeypatch, kernels):
     """Shards need MIN_SHARD samples and MIN_SHARD_ELEMENTS input elements each (hand-offs cost more)."""
     calls = []
-    monkeypatch.setattr(fast_ops, "_shard_forward", lambda *a: calls.append(len(a[-1])) or a[-1])
+    if kernels == "paddle":
+        monkeypatch.setattr(fast_ops, "_dnnl_specs", lambda layers, x: None)
+        monkeypatch.setattr(fast_ops, "_shard_forward", lambda *a: calls.append(len(a[-1])) or a[-1])
+    else:
+        if not onednn_conv.available():
+            pytest.skip("no oneDNN in this Paddle")
+        real = fast_ops._dnnl_forward
+        monkeypatch.setattr(fast_ops, "_dnnl_forward", lambda specs, shards, *a: calls.append(len(shards) if len(
+            shards) > 1 else None) or real(specs, shards, *a))
     conv = paddle.nn.Conv2D(4, 8, 3)
     side = 64  # 4 x 64 x 64 = 16,384 elements per sample
     per_sample = 4 * side * side
@@ -186,9 +196,9 @@ def test_small_batches_are_not_split(monkeypatch):
         with paddle.no_grad():
             conv_stack([(conv, 0.0)], paddle.rand([2 * fast_ops.MIN_SHARD - 1, 4, side, side]))
             conv_stack([(conv, 0.0)], paddle.rand([64, 4, 7, 7]))  # many samples, tiny inputs (MiniGrid)
-            assert calls == []
+            assert [c for c in calls if c is not None] == []
             conv_stack([(conv, 0.0)], paddle.rand([enough, 4, side, side]))
-            assert calls == [2]
+            assert [c for c in calls if c is not None] == [2]
     finally:
         set_num_shards(old)
 
@@ -211,3 +221,45 @@ def test_log_prob_matches_tutorial_tril_triu():
     np.testing.assert_allclose(ours.numpy(), lp.numpy(), rtol=1e-5, atol=1e-6)
     tut_ent = Categorical(F.softmax(logits, axis=-1)).entropy()  # the tutorial's entropy (softmax applied twice)
     assert tut_ent.shape == ent.shape
+
+
+def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
+    """The oneDNN stack (common/onednn_conv.py) runs on this CPU and gives Paddle's kernels' outputs and
+    gradients, with and without gradients, whole and in shards, ReLU and LeakyReLU, with the kept map."""
+    if not onednn_conv.available():
+        pytest.skip("no oneDNN in this Paddle")
+    used = []
+    real = fast_ops._dnnl_forward
+    monkeypatch.setattr(fast_ops, "_dnnl_forward", lambda specs, shards, *a: used.append(len(shards)) or real(
+        specs, shards, *a))
+    monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
+    monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
+    paddle.seed(11)
+    net = networks.ConvFeatureNet(4, out_dim=16, input_hw=84)
+    x = paddle.rand([10, 4, 84, 84])
+
+    def run():
+        for p in net.parameters():
+            p.clear_gradient()
+        out, fmap = net.forward_with_map(x)
+        ((out * out).sum() + fmap.mean()).backward()
+        with paddle.no_grad():
+            inference = net(x).numpy()
+        return [out.numpy(), fmap.numpy(), inference] + [p.grad.numpy().copy() for p in net.parameters()]
+
+    results = {}
+    for shards in (1, 2):
+        old = set_num_shards(shards)
+        try:
+            used.clear()
+            results[("onednn", shards)] = run()
+            assert used == [shards, shards]  # the training forward and the no-grad forward
+            with monkeypatch.context() as m:
+                m.setattr(fast_ops, "_dnnl_specs", lambda layers, x: None)
+                results[("paddle", shards)] = run()
+        finally:
+            set_num_shards(old)
+    ref = results[("paddle", 1)]
+    for key, got in results.items():
+        for a, b in zip(got, ref):
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=str(key))
