@@ -8,6 +8,8 @@
    vector env (one worker per core): Montezuma 8 and 128 envs, Mario 6 envs; agent steps/s and
    the ratio against dygraph. (The predictor only takes batches of at least
    ``InferenceEngine.min_batch``; smaller ones stay on dygraph, see ``common/inference.py``.)
+   "dygraph" is the training network, whose convolutions run on oneDNN as well when
+   ``common.onednn_conv`` is available.
 
     python benchmarks/inference.py                  # ~3 min
     python benchmarks/inference.py --skip collect
@@ -108,7 +110,9 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
             for _ in range(rounds):
                 for m in MODES:
                     tr.ppo.use_engine(engines[m])
-                    tr.ppo.sync_engine()  # refreshed outside the timing: once per update in training
+                    if engines[m] is not None:
+                        engines[m].refresh()  # outside the timing (once per update in training)
+                        tr.ppo._engine_fresh = True
                     with tr.math_threads():
                         t = time.perf_counter()
                         obs, _ = tr.collect(obs)

@@ -32,11 +32,11 @@ class TrainConfig:
                               "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
                               "and the intrinsic module's update step runs beside the PPO step "
                               "(0: os.cpu_count(); 1: neither). See docs/performance.md")
-    inference: str = arg("onednn", "what runs the policy's forward passes during collection on CPU: onednn (Paddle "
-                                   "Inference + oneDNN, a copy refreshed after every update; outputs equal within "
-                                   "~1e-6, 1.3-2x faster), onednn-bf16 (bfloat16 on AVX512-BF16/AMX CPUs: faster "
-                                   "still, outputs within ~1e-3; opt-in), dygraph (the training network; always "
-                                   "on GPU). See docs/performance.md",
+    inference: str = arg("onednn", "what runs the policy's forward passes of 32 or more samples during collection "
+                                   "on CPU: onednn (Paddle Inference + oneDNN, a copy refreshed after every update; "
+                                   "outputs equal within ~1e-6, ~1.1x faster), onednn-bf16 (bfloat16 on "
+                                   "AVX512-BF16/AMX CPUs: ~2.5x, outputs within ~1e-3; opt-in), dygraph (the "
+                                   "training network; always on GPU). See docs/performance.md",
                          choices=("onednn", "onednn-bf16", "dygraph"))
     log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
                                 "videos and checkpoints into log_path/run_name")

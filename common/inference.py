@@ -3,16 +3,16 @@
 Paddle's dygraph runs CPU convolutions with its own per-sample im2col + GEMM kernels; the
 oneDNN kernels compiled into the same wheel are only selected by Paddle Inference. For the
 policy's forward pass during collection (no gradients) a predictor built from the same
-weights is 1.4x (batch 4) to 2-2.7x (batch 64-128) faster on one core, with outputs equal
-to the dygraph network's within ~1e-6 (``tests/test_inference.py``; numbers from
-``benchmarks/inference.py`` in ``docs/performance.md``). Training stays in dygraph: Paddle
-reorders tensors between layouts around every oneDNN training op, which cost more than the
-faster kernels saved.
+weights fuses the whole network (convolutions, linear layers, the input scaling) on oneDNN,
+with outputs equal to the dygraph network's within ~1e-6 (``tests/test_inference.py``).
+Against Paddle's own kernels it was 2-2.7x faster at batch 64-128; since the dygraph
+convolutions run on oneDNN too (``common/onednn_conv.py``) the margin is ~1.1x from batch 32
+up, and the bf16 predictor (opt-in) ~2.5x (``benchmarks/inference.py``, docs/performance.md).
 
 ``InferenceEngine(net, obs_shape)`` exports ``net(obs_to_tensor(x))`` once (``paddle.jit.save``
 of the static graph; ``common.fast_ops`` falls back to the plain layers when traced) and
 builds a predictor; ``refresh()`` copies the current weights into it (one parameter file
-write + a new predictor, ~30 ms), so call it whenever the weights changed. ``engine(x)``
+write + a new predictor, ~30 ms; ``PPO`` calls it on first use after an update). ``engine(x)``
 takes ``uint8[B, C, H, W]`` observations, as the rollout stores them, and returns the
 network's outputs as float32 numpy arrays. One thread: collection runs it while the env
 workers hold the cores.
@@ -81,10 +81,10 @@ class InferenceEngine:
             and matrix products on CPUs with AVX512-BF16/AMX: outputs within ~1e-3; opt-in).
     """
 
-    #: batches smaller than this stay on the training network: at 4 samples per call (Montezuma's 8 envs
-    #: in two pipelined halves) the predictor used less CPU but collection ran 10 % slower here, as its
-    #: AVX-512 kernels slow the env worker on the other (hyper-threaded) core; from 64 up it runs 1.14x faster
-    min_batch = 8
+    #: batches smaller than this stay on the training network: with the convolutions on oneDNN
+    #: (``common.onednn_conv``) the dygraph forward is as fast below ~32 samples, and the predictor
+    #: costs a ~30 ms refresh per update (``benchmarks/inference.py``, docs/performance.md)
+    min_batch = 32
 
     def __init__(self, net: nn.Layer, obs_shape, threads: int = 1, precision: str = "fp32"):
         self.dir = self.predictor = None

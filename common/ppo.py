@@ -68,15 +68,10 @@ class PPO:
         self._engine_fresh = False  # the engine holds the policy's current weights
 
     def use_engine(self, engine) -> None:
-        """Run ``act``/``values`` on ``engine`` (``uint8 obs -> [logits, v_ext, v_int]`` numpy), e.g. a
-        ``common.inference.InferenceEngine``, whenever it holds the current weights (``sync_engine``)."""
+        """Run ``act``/``values`` on ``engine`` (``uint8 obs -> [logits, v_ext, v_int]`` numpy, e.g. a
+        ``common.inference.InferenceEngine``) for batches of at least ``engine.min_batch``; it gets the
+        policy's weights (``engine.refresh()``) on its first use after they changed."""
         self.engine, self._engine_fresh = engine, False
-
-    def sync_engine(self) -> None:
-        """Copy the policy's weights into the engine if they changed since (call before a rollout)."""
-        if self.engine is not None and not self._engine_fresh:
-            self.engine.refresh()
-            self._engine_fresh = True
 
     def weights_changed(self) -> None:
         """Mark the engine stale after the policy's weights were changed outside ``step`` (a load)."""
@@ -84,8 +79,11 @@ class PPO:
 
     @paddle.no_grad()
     def forward_numpy(self, obs: np.ndarray):
-        """(logits, v_ext, v_int) as numpy for uint8[N, C, H, W]: on the engine when it is current."""
-        if self._engine_fresh and len(obs) >= self.engine.min_batch:
+        """(logits, v_ext, v_int) as numpy for uint8[N, C, H, W]: on the engine for large enough batches."""
+        if self.engine is not None and len(obs) >= self.engine.min_batch:
+            if not self._engine_fresh:
+                self.engine.refresh()
+                self._engine_fresh = True
             return tuple(self.engine(obs))
         return tuple(t.numpy() for t in self.policy(obs_to_tensor(obs)))
 

@@ -220,7 +220,6 @@ class Trainer:
         ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view.
         """
         cfg, buf, envs = self.cfg, self.buffer, self.envs
-        self.ppo.sync_engine()
         buf.start(obs)
         episodes = []
         self.embedding_meta = {}

@@ -57,42 +57,46 @@ def test_bf16_engine_is_close_to_fp32():
         InferenceEngine(net, (4, 84, 84), precision="fp16")
 
 
-def test_ppo_uses_the_engine_only_while_it_holds_the_current_weights():
+def test_ppo_refreshes_the_engine_on_first_use_after_the_weights_changed(monkeypatch):
+    monkeypatch.setattr(InferenceEngine, "min_batch", 8)
     paddle.seed(5)
     net = MARIO(4, 7)
     ppo = PPO(net, lr=1e-3, epsilon=0.2, beta=0.01, vf_coef=0.5, max_grad_norm=0.5)
-    calls = []
+    calls, refreshes = [], []
 
     class Spy(InferenceEngine):
         def __call__(self, obs):
             calls.append(len(obs))
             return super().__call__(obs)
 
+        def refresh(self):
+            refreshes.append(1)
+            super().refresh()
+
     ppo.use_engine(Spy(net, (4, 84, 84)))
+    refreshes.clear()  # the one at construction
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
-    ppo.act(obs, rng)
-    assert calls == []                   # not synced yet: the training network
-    ppo.sync_engine()
     a1 = ppo.act(obs, rng)
     ppo.values(obs[:3])                  # below min_batch: the training network
-    assert calls == [8]
+    assert calls == [8] and len(refreshes) == 1
+    ppo.values(obs)
+    assert calls == [8, 8] and len(refreshes) == 1  # weights unchanged: no refresh
     batch = {"obs": obs, "actions": a1[0], "log_probs": a1[1], "advantages": np.ones(8, np.float32),
              "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
-    ppo.step(batch)                      # new weights: stale until the next sync
-    ppo.values(obs)
-    assert calls == [8]
-    ppo.sync_engine()
+    ppo.step(batch)                      # new weights: refreshed on the next use
     v_ext, _ = ppo.values(obs)
-    assert calls == [8, 8]
+    assert calls == [8, 8, 8] and len(refreshes) == 2
     np.testing.assert_allclose(v_ext, reference(net, obs)[1], rtol=1e-5, atol=1e-5)
     ppo.engine.close()
 
 
-def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path):
+def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path, monkeypatch):
     """The default (--inference onednn) and --inference dygraph give the same rollout from one seed."""
     from common.trainer import Trainer
     from montezuma.train import SPEC, MontezumaConfig
+
+    monkeypatch.setattr(InferenceEngine, "min_batch", 8)  # the 8 envs' batches take the engine
 
     def rollout(inference):
         cfg = MontezumaConfig(num_processes=8, num_workers=-1, num_local_steps=12, batch_size=2, num_epochs=1,
