@@ -218,7 +218,7 @@ def _dnnl_forward(specs, shards, xh, params):
         src, hh, ww, acts = xh.data_ptr() + a * sample, h, w, []
         for i, (cin, cout, k, st, pad, slope) in enumerate(specs):
             t, conv = onednn_conv.conv_for(b - a, cin, hh, ww, cout, k, st, pad, slope)
-            y = paddle.empty([b - a, conv.ho, conv.wo, cout])
+            y = paddle.empty([b - a, conv.ho, conv.wo, cout], dtype="float32")
             conv.forward(t, src, params[2 * i].data_ptr(), params[2 * i + 1].data_ptr(), y.data_ptr())
             acts.append(y)
             src, hh, ww = y.data_ptr(), conv.ho, conv.wo
@@ -276,13 +276,14 @@ class _DnnlConvStack(PyLayer):
                 gy = _act_grad(shard[i], g, slope)
                 t, conv = onednn_conv.conv_for(n, cin, hw_in[i][0], hw_in[i][1], cout, k, st, pad, slope)
                 src = xh.data_ptr() + a * sample if i == 0 else shard[i - 1].data_ptr()
-                gws[i], gbs[i] = paddle.empty(params[2 * i].shape), paddle.empty([cout])
+                gws[i] = paddle.empty(params[2 * i].shape, dtype="float32")
+                gbs[i] = paddle.empty([cout], dtype="float32")
                 conv.backward_weights(t, src, gy.data_ptr(), gws[i].data_ptr(), gbs[i].data_ptr())
                 if i > 0:
-                    g = paddle.empty([n, hw_in[i][0], hw_in[i][1], cin])
+                    g = paddle.empty([n, hw_in[i][0], hw_in[i][1], cin], dtype="float32")
                     conv.backward_data(t, gy.data_ptr(), params[2 * i].data_ptr(), g.data_ptr())
                 elif ctx.need_dx:
-                    gx = paddle.empty([n, h, w, cin])
+                    gx = paddle.empty([n, h, w, cin], dtype="float32")
                     conv.backward_data(t, gy.data_ptr(), params[0].data_ptr(), gx.data_ptr())
             return gws, gbs, gx
 

@@ -234,12 +234,12 @@ def _self_check() -> bool:
     b = paddle.to_tensor(gen.random(4, dtype=np.float32) - 0.5)
     ref = F.relu(F.conv2d(x, w, b, stride=2, padding=1))
     t, conv = conv_for(2, 3, 9, 9, 4, 3, 2, 1, 0.0)
-    y = paddle.empty([2, conv.ho, conv.wo, 4])
+    y = paddle.empty([2, conv.ho, conv.wo, 4], dtype="float32")
     conv.forward(t, xh.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr())
     if not np.allclose(y.numpy().transpose(0, 3, 1, 2), ref.numpy(), rtol=1e-4, atol=1e-5):
         return False
     gy = paddle.to_tensor(gen.random((2, conv.ho, conv.wo, 4), dtype=np.float32))
-    gx, gw, gb = paddle.empty([2, 9, 9, 3]), paddle.empty([4, 3, 3, 3]), paddle.empty([4])
+    gx, gw, gb = (paddle.empty(s, dtype="float32") for s in ([2, 9, 9, 3], [4, 3, 3, 3], [4]))
     conv.backward_data(t, gy.data_ptr(), w.data_ptr(), gx.data_ptr())
     conv.backward_weights(t, xh.data_ptr(), gy.data_ptr(), gw.data_ptr(), gb.data_ptr())
     gy_nchw = paddle.to_tensor(gy.numpy().transpose(0, 3, 1, 2).copy())

@@ -263,3 +263,12 @@ def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
     for key, got in results.items():
         for a, b in zip(got, ref):
             np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=str(key))
+
+
+def test_onednn_loads_from_paddles_wheel():
+    """Where Paddle's wheel ships oneDNN, the direct path is on (the self-check passed), not silently off."""
+    import os
+
+    if not os.path.exists(os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")):
+        pytest.skip("this Paddle ships no libdnnl.so.3")
+    assert onednn_conv.available()
