@@ -109,10 +109,7 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
             rates = {m: [] for m in MODES}
             for _ in range(rounds):
                 for m in MODES:
-                    tr.ppo.use_engine(engines[m])
-                    if engines[m] is not None:
-                        engines[m].refresh()  # outside the timing (once per update in training)
-                        tr.ppo._engine_fresh = True
+                    tr.ppo.use_engine(engines[m])  # refreshed on first use, inside the timing, as in training
                     with tr.math_threads():
                         t = time.perf_counter()
                         obs, _ = tr.collect(obs)

@@ -82,6 +82,24 @@ def _act(z, slope):
     return _C_ops.relu(z) if slope == 0.0 else _C_ops.leaky_relu(z, slope)
 
 
+def _plain_act(y, slope):
+    return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
+
+
+def _sum(tensors):
+    """Left-to-right sum of per-shard gradients (fixed order: deterministic)."""
+    total = tensors[0]
+    for t in tensors[1:]:
+        total = total + t
+    return total
+
+
+def _shards(batch: int, n: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of up to ``n`` equal batch shards (the last may be smaller)."""
+    step = -(-batch // max(n, 1))
+    return [(i, min(i + step, batch)) for i in range(0, batch, step)]
+
+
 def _act_grad(out, grad, slope):
     # sign(out) == sign(pre-activation) for ReLU and for LeakyReLU with a positive slope
     return _C_ops.relu_grad(out, grad) if slope == 0.0 else _C_ops.leaky_relu_grad(out, grad, slope)
@@ -124,14 +142,13 @@ def _conv_attrs(conv: nn.Conv2D):
 def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Tensor:
     """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU."""
     if not paddle.in_dynamic_mode():  # traced for export (common.inference): the plain layer
-        y = conv(x)
-        return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
+        return _plain_act(conv(x), slope)
     y = F.conv2d(x, conv.weight, None, stride=conv._stride, padding=conv._padding, dilation=conv._dilation,
                  groups=conv._groups, data_format=conv._data_format)
     if conv.bias is None or not _HAS_KERNELS:
         if conv.bias is not None:
             y = y + conv.bias.reshape([1, -1, 1, 1])
-        return F.relu(y) if slope == 0.0 else F.leaky_relu(y, slope)
+        return _plain_act(y, slope)
     if not paddle.is_grad_enabled() or (y.stop_gradient and conv.bias.stop_gradient):
         return _bias_act_(y, conv.bias.reshape([y.shape[1], 1, 1]), slope)
     return _BiasAct.apply(y, conv.bias, float(slope))
@@ -183,10 +200,7 @@ class _ShardedConvAct(PyLayer):
             return (dx if ctx.need_dx[i] else None), dw, _bias_grad(gy)
 
         res = _map(one, list(range(ctx.n)))
-        dw, db = res[0][1], res[0][2]
-        for r in res[1:]:
-            dw, db = dw + r[1], db + r[2]
-        return (dw, db, *[r[0] for r in res])
+        return (_sum([r[1] for r in res]), _sum([r[2] for r in res]), *[r[0] for r in res])
 
 
 def _contiguous(t):
@@ -208,8 +222,10 @@ def _dnnl_specs(layers, x):
     return specs
 
 
-def _dnnl_forward(specs, shards, xh, params):
-    """Every layer's output (channels-last) per shard, on oneDNN; xh float32[B, H, W, C] contiguous."""
+def _dnnl_forward(specs, shards, x, params):
+    """x float32[B, C, H, W] -> (x channels-last [B, H, W, C], every layer's output (channels-last) per
+    shard), on oneDNN; params: the layers' weights and biases, detached."""
+    xh = _contiguous(x.detach().transpose([0, 2, 3, 1]))
     _, h, w, c = xh.shape
     sample = c * h * w * 4  # bytes per input sample
 
@@ -224,7 +240,7 @@ def _dnnl_forward(specs, shards, xh, params):
             src, hh, ww = y.data_ptr(), conv.ho, conv.wo
         return acts
 
-    return _map(run, shards)
+    return xh, _map(run, shards)
 
 
 def _cat(tensors):
@@ -243,9 +259,8 @@ class _DnnlConvStack(PyLayer):
 
     @staticmethod
     def forward(ctx, specs, shards, keep, x, *params):
-        xh = _contiguous(x.detach().transpose([0, 2, 3, 1]))  # [B, H, W, C]
         params = [p.detach() for p in params]
-        acts = _dnnl_forward(specs, shards, xh, params)
+        xh, acts = _dnnl_forward(specs, shards, x, params)
         ctx.specs, ctx.shards, ctx.keep, ctx.need_dx = specs, shards, keep, not x.stop_gradient
         ctx.save_for_backward(xh, *params)
         ctx.acts = acts
@@ -261,10 +276,9 @@ class _DnnlConvStack(PyLayer):
         sample = c * h * w * 4
         g_out = grads[0] if grads[0] is not None else paddle.zeros_like(_cat([a[-1] for a in acts]))
         g_keep = grads[1] if keep is not None and len(grads) > 1 else None
-        sizes = [(a, b) for a, b in ctx.shards]
 
         def one(j):
-            a, b = sizes[j]
+            a, b = ctx.shards[j]
             n, shard = b - a, acts[j]
             g = g_out[a:b]
             hw_in = [(h, w)] + [tuple(t.shape[1:3]) for t in shard[:-1]]
@@ -287,13 +301,10 @@ class _DnnlConvStack(PyLayer):
                     conv.backward_data(t, gy.data_ptr(), params[0].data_ptr(), gx.data_ptr())
             return gws, gbs, gx
 
-        res = _map(one, list(range(len(sizes))))
+        res = _map(one, list(range(len(ctx.shards))))
         out = []
         for i in range(len(specs)):
-            gw, gb = res[0][0][i], res[0][1][i]
-            for r in res[1:]:
-                gw, gb = gw + r[0][i], gb + r[1][i]
-            out += [gw, gb]
+            out += [_sum([r[0][i] for r in res]), _sum([r[1][i] for r in res])]
         dx = None
         if ctx.need_dx:
             dx = _cat([r[2] for r in res]).transpose([0, 3, 1, 2])
@@ -314,14 +325,13 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     n = min(_num_shards, x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
     specs = _dnnl_specs(layers, x) if paddle.in_dynamic_mode() else None
     if specs is not None:  # oneDNN: channels-last inside, NCHW out
-        step = -(-x.shape[0] // max(n, 1))
-        shards = [(i, min(i + step, x.shape[0])) for i in range(0, x.shape[0], step)]
+        shards = _shards(x.shape[0], n)
         params = [p for conv, _ in layers for p in (conv.weight, conv.bias)]
         if paddle.is_grad_enabled() and not (x.stop_gradient and all(p.stop_gradient for p in params)):
             res = _DnnlConvStack.apply(specs, shards, keep, x, *params)
             res = (res,) if keep is None else res
         else:
-            acts = _dnnl_forward(specs, shards, _contiguous(x.transpose([0, 2, 3, 1])), params)
+            _, acts = _dnnl_forward(specs, shards, x, params)
             res = (_cat([a[-1] for a in acts]),) + (() if keep is None else (_cat([a[keep] for a in acts]),))
         res = [r.transpose([0, 3, 1, 2]) for r in res]
         return res[0] if keep is None else tuple(res)
@@ -336,8 +346,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
             if i == keep:
                 kept = x
         return x if keep is None else (x, kept)
-    step = -(-x.shape[0] // n)
-    xs = [x[i:i + step] for i in range(0, x.shape[0], step)]
+    xs = [x[a:b] for a, b in _shards(x.shape[0], n)]
     grad = paddle.is_grad_enabled()
     kept = None
     for i, ((conv, slope), a) in enumerate(zip(layers, attrs)):

@@ -11,8 +11,9 @@ up, and the bf16 predictor (opt-in) ~2.5x (``benchmarks/inference.py``, docs/per
 
 ``InferenceEngine(net, obs_shape)`` exports ``net(obs_to_tensor(x))`` once (``paddle.jit.save``
 of the static graph; ``common.fast_ops`` falls back to the plain layers when traced) and
-builds a predictor; ``refresh()`` copies the current weights into it (one parameter file
-write + a new predictor, ~30 ms; ``PPO`` calls it on first use after an update). ``engine(x)``
+``refresh()`` builds a predictor with the current weights (one parameter file write + a new
+predictor, ~30 ms; ``PPO`` calls it on first use after an update, a first call without one
+builds it). ``engine(x)``
 takes ``uint8[B, C, H, W]`` observations, as the rollout stores them, and returns the
 network's outputs as float32 numpy arrays. One thread: collection runs it while the env
 workers hold the cores.
@@ -94,7 +95,7 @@ class InferenceEngine:
             raise RuntimeError("InferenceEngine needs a CPU Paddle built with oneDNN and Paddle Inference")
         from paddle.static import InputSpec
 
-        self.net, self.threads, self.precision = net, int(threads), precision
+        self.threads, self.precision = int(threads), precision
         self.dir = tempfile.mkdtemp(prefix="onednn-net-")
         prefix = os.path.join(self.dir, _PREFIX)
         was_training = net.training
@@ -117,8 +118,7 @@ class InferenceEngine:
         params = {p.name: p for p in net.parameters()}
         params.update({b.name: b for b in net.buffers() if b.persistable})
         self._names = sorted(params)
-        self._tensors = [params[n] for n in self._names]
-        self.refresh()
+        self._tensors = [params[n] for n in self._names]  # the predictor is built by the first refresh()
 
     def refresh(self) -> None:
         """Copy the network's current weights into a new predictor (call after every weight change)."""
@@ -139,6 +139,8 @@ class InferenceEngine:
 
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
         """uint8[B, C, H, W] -> the network's outputs, float32 numpy arrays in its return order."""
+        if self.predictor is None:
+            self.refresh()
         obs = np.ascontiguousarray(obs, dtype=np.uint8)
         self._input.reshape(list(obs.shape))
         self._input.copy_from_cpu(obs)

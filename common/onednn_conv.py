@@ -152,6 +152,12 @@ class _Reorder:
     def __call__(self, t, src_ptr, dst_ptr):
         _execute(t, self.prim, [(_ARG_SRC, self.src, src_ptr), (_ARG_DST, self.dst, dst_ptr)])
 
+    def into_new(self, t, src_ptr) -> np.ndarray:
+        """The reordered tensor in a fresh buffer (kept alive by the caller while oneDNN reads it)."""
+        buf = np.empty(self.size // 4 + 16, np.float32)
+        self(t, src_ptr, buf.ctypes.data)
+        return buf
+
 
 class _Conv:
     """Primitives of one conv layer at one batch size; src and dst channels-last (NHWC), weights OIHW."""
@@ -190,22 +196,21 @@ class _Conv:
             "convolution backward weights")
         self.bwd_weights = _primitive(bwd_w_pd)
         self.dw = _P(_lib.dnnl_primitive_desc_query_md(bwd_w_pd, _Q_DIFF_WEIGHTS_MD, 0))
+        self.dw_size = _lib.dnnl_memory_desc_get_size(self.dw)
         self.dw_to_user = _Reorder(t, self.dw, w_user)
 
     def forward(self, t, x_ptr, w_ptr, b_ptr, y_ptr):
-        wbuf = np.empty(self.w_to_fwd.size // 4 + 16, np.float32)
-        self.w_to_fwd(t, w_ptr, wbuf.ctypes.data)
+        wbuf = self.w_to_fwd.into_new(t, w_ptr)
         _execute(t, self.fwd, [(_ARG_SRC, self.src, x_ptr), (_ARG_WEIGHTS, self.w_fwd, wbuf.ctypes.data),
                                (_ARG_BIAS, self.bias, b_ptr), (_ARG_DST, self.dst, y_ptr)])
 
     def backward_data(self, t, gy_ptr, w_ptr, gx_ptr):
-        wbuf = np.empty(self.w_to_bwd.size // 4 + 16, np.float32)
-        self.w_to_bwd(t, w_ptr, wbuf.ctypes.data)
+        wbuf = self.w_to_bwd.into_new(t, w_ptr)
         _execute(t, self.bwd_data, [(_ARG_DIFF_DST, self.dst, gy_ptr), (_ARG_WEIGHTS, self.w_bwd, wbuf.ctypes.data),
                                     (_ARG_DIFF_SRC, self.src, gx_ptr)])
 
     def backward_weights(self, t, x_ptr, gy_ptr, gw_ptr, gb_ptr):
-        dwbuf = np.empty(_lib.dnnl_memory_desc_get_size(self.dw) // 4 + 16, np.float32)
+        dwbuf = np.empty(self.dw_size // 4 + 16, np.float32)
         _execute(t, self.bwd_weights, [(_ARG_SRC, self.src, x_ptr), (_ARG_DIFF_DST, self.dst, gy_ptr),
                                        (_ARG_DIFF_WEIGHTS, self.dw, dwbuf.ctypes.data),
                                        (_ARG_DIFF_BIAS, self.bias, gb_ptr)])

@@ -74,7 +74,9 @@ class Trainer:
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
             max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
             target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
-        if cfg.device == "cpu" and cfg.inference != "dygraph":
+        # Only where a batch can reach the predictor's minimum (e.g. Montezuma's 128 envs): the export
+        # costs start-up time and the predictor saves nothing below it.
+        if cfg.device == "cpu" and cfg.inference != "dygraph" and cfg.num_envs >= InferenceEngine.min_batch:
             precision = "bf16" if cfg.inference == "onednn-bf16" else "fp32"
             try:
                 self.ppo.use_engine(InferenceEngine(self.policy, self.obs_shape, precision=precision))
@@ -188,8 +190,9 @@ class Trainer:
         Paddle's CPU convolution kernels are single-threaded and its own math threads only
         oversubscribe the cores (``docs/performance.md``), so the parallelism is ours:
         ``common.fast_ops`` splits each convolution batch into shards run on a thread
-        pool. Collection steps the envs and runs the policy in turn, so the shards never
-        compete with the env workers; small batches are not split (``fast_ops.MIN_SHARD``).
+        pool; small batches are not split (``fast_ops.MIN_SHARD``). During collection the
+        policy runs beside the env workers (pipelined), so there its shards share the cores
+        with them.
         """
         n = self._cpu_threads()
         if n == 1:
