@@ -32,12 +32,14 @@ class TrainConfig:
                               "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
                               "and the intrinsic module's update step runs beside the PPO step "
                               "(0: os.cpu_count(); 1: neither). See docs/performance.md")
-    inference: str = arg("onednn", "what runs the policy's forward passes of 32 or more samples during collection "
-                                   "on CPU: onednn (Paddle Inference + oneDNN, a copy refreshed after every update; "
-                                   "outputs equal within ~1e-6, ~1.1x faster), onednn-bf16 (bfloat16 on "
-                                   "AVX512-BF16/AMX CPUs: ~2.5x, outputs within ~1e-3; opt-in), dygraph (the "
-                                   "training network; always on GPU). See docs/performance.md",
-                         choices=("onednn", "onednn-bf16", "dygraph"))
+    inference: str = arg("native", "what runs the policy's forward passes during collection on CPU: native (the "
+                                   "same network on oneDNN primitives + numpy, weights copied after every update, "
+                                   "no Paddle dispatch: outputs equal within ~1e-6, 1.5-1.9x faster; networks "
+                                   "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
+                                   "oneDNN, for batches of 32 or more), onednn-bf16 (the same in bfloat16 on "
+                                   "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
+                                   "network; always on GPU). See docs/performance.md",
+                         choices=("native", "onednn", "onednn-bf16", "dygraph"))
     log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
                                 "videos and checkpoints into log_path/run_name")
     run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")

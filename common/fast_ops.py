@@ -207,10 +207,9 @@ def _contiguous(t):
     return t.contiguous() if hasattr(t, "is_contiguous") and not t.is_contiguous() else t
 
 
-def _dnnl_specs(layers, x):
-    """(cin, cout, k, stride, pad, slope) per layer when ``common.onednn_conv`` can run the stack, else None."""
-    if not (_HAS_KERNELS and x.dtype == paddle.float32 and paddle.get_device() == "cpu" and onednn_conv.available()):
-        return None
+def dnnl_conv_specs(layers):
+    """(cin, cout, k, stride, pad, slope) per ``(conv, slope)`` when ``common.onednn_conv`` can run the
+    layers (bias, NCHW, groups 1, square kernel, equal strides, no dilation, symmetric padding), else None."""
     specs = []
     for conv, slope in layers:
         w = conv.weight
@@ -220,6 +219,13 @@ def _dnnl_specs(layers, x):
             return None
         specs.append((w.shape[1], w.shape[0], k[0], s[0], pad[1][0], float(slope)))
     return specs
+
+
+def _dnnl_specs(layers, x):
+    """``dnnl_conv_specs`` when this input can go to oneDNN at all (float32 on CPU, library loaded)."""
+    if not (_HAS_KERNELS and x.dtype == paddle.float32 and paddle.get_device() == "cpu" and onednn_conv.available()):
+        return None
+    return dnnl_conv_specs(layers)
 
 
 def _dnnl_forward(specs, shards, x, params):
@@ -360,9 +366,9 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     return out if keep is None else (out, kept)
 
 
-@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
-def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
-    """Run an ``nn.Sequential`` (or list of layers), fusing runs of NCHW Conv2D + ReLU/LeakyReLU pairs."""
+def fused_groups(seq):
+    """The layers of ``seq`` in runs: ``[(conv, slope), ...]`` for consecutive NCHW Conv2D + ReLU/LeakyReLU
+    pairs (slope 0 for ReLU), or a single other layer."""
     layers = list(seq)
     i = 0
     while i < len(layers):
@@ -373,8 +379,22 @@ def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
             stack.append((layers[i], act._negative_slope if isinstance(act, nn.LeakyReLU) else 0.0))
             i += 2
         if stack:
-            x = conv_stack(stack, x)
+            yield stack
         else:
-            x = layers[i](x)
+            yield layers[i]
             i += 1
+
+
+@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
+def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
+    """Run an ``nn.Sequential`` (or list of layers), fusing runs of NCHW Conv2D + ReLU/LeakyReLU pairs."""
+    for group in fused_groups(seq):
+        x = conv_stack(group, x) if isinstance(group, list) else group(x)
     return x
+
+
+@paddle.jit.not_to_static
+def run_layer(layer, x: paddle.Tensor) -> paddle.Tensor:
+    """``layer(x)``, through ``run_sequential`` for an ``nn.Sequential``: the ``run`` of a network's
+    ``compute(x, run)`` in training (``common.native`` runs the same ``compute`` on numpy)."""
+    return run_sequential(layer, x) if isinstance(layer, nn.Sequential) else layer(x)

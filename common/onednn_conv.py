@@ -29,7 +29,7 @@ import numpy as np
 import paddle
 
 # oneDNN 3.x C API constants (oneapi/dnnl/dnnl_types.h, dnnl_common_types.h)
-_F32, _TAG_ANY, _CPU, _IN_ORDER = 3, 1, 1, 1
+_F32, _U8, _TAG_ANY, _CPU, _IN_ORDER = 3, 6, 1, 1, 1
 _FORWARD_TRAINING, _CONV_DIRECT, _ELTWISE_RELU = 64, 0x1, 0x20
 _Q_WEIGHTS_MD, _Q_DIFF_WEIGHTS_MD = 131, 132
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 17, 33, 41
@@ -68,7 +68,7 @@ def _load():
     lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
     lib.dnnl_memory_desc_get_size.argtypes = [_P]
     lib.dnnl_memory_create.argtypes = [ctypes.POINTER(_P), _P, _P, _P]
-    lib.dnnl_memory_destroy.argtypes = [_P]
+    lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
     lib.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, ctypes.POINTER(_ExecArg)]
     lib.dnnl_stream_wait.argtypes = [_P]
     _lib = lib
@@ -93,13 +93,13 @@ def _thread():
         _check(_lib.dnnl_stream_create(ctypes.byref(stream), engine, ctypes.c_uint(_IN_ORDER)), "stream")
         if _omp is not None:
             _omp.omp_set_num_threads(1)
-        t = _local.t = {"engine": engine, "stream": stream, "convs": {}}
+        t = _local.t = {"engine": engine, "stream": stream, "primitives": {}}
     return t
 
 
-def _md(dims, strides):
+def _md(dims, strides, dtype=_F32):
     md = _P()
-    _check(_lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(dims), _DIMS(*dims), _F32,
+    _check(_lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(dims), _DIMS(*dims), dtype,
                                                      _DIMS(*strides)), "memory desc")
     return md
 
@@ -111,8 +111,8 @@ def _md_any(dims):
     return md
 
 
-def _nchw(n, c, h, w):  # the weights' OIHW layout
-    return _md([n, c, h, w], [c * h * w, h * w, w, 1])
+def _nchw(n, c, h, w, dtype=_F32):  # also the weights' OIHW layout
+    return _md([n, c, h, w], [c * h * w, h * w, w, 1], dtype)
 
 
 def _nhwc(n, c, h, w):
@@ -125,20 +125,27 @@ def _primitive(pd):
     return p
 
 
-def _execute(t, prim, args):
-    """Run ``prim`` with ``[(arg, memory desc, pointer)]``; memory objects live for this call only."""
-    mems = []
-    try:
-        for _, md, ptr in args:
+class _Bound:
+    """A primitive with its memory objects made once: a call re-points only the buffers that moved
+    (creating and destroying them on every call cost ~20 us per primitive, at batch 4 a third of it)."""
+
+    def __init__(self, t, prim, arg_mds):
+        self.prim, self.stream, self.mems = prim, t["stream"], []
+        for _, md in arg_mds:
             m = _P()
-            _check(_lib.dnnl_memory_create(ctypes.byref(m), md, t["engine"], _P(ptr)), "memory")
-            mems.append(m)
-        arr = (_ExecArg * len(args))(*[_ExecArg(a, m) for (a, _, _), m in zip(args, mems)])
-        _check(_lib.dnnl_primitive_execute(prim, t["stream"], len(args), arr), "execute")
-        _check(_lib.dnnl_stream_wait(t["stream"]), "stream wait")
-    finally:
-        for m in mems:
-            _lib.dnnl_memory_destroy(m)
+            _check(_lib.dnnl_memory_create(ctypes.byref(m), md, t["engine"], None), "memory")
+            self.mems.append(m)
+        self.ptrs = [None] * len(arg_mds)
+        self.args = (_ExecArg * len(arg_mds))(*[_ExecArg(a, m) for (a, _), m in zip(arg_mds, self.mems)])
+
+    def __call__(self, *ptrs):
+        """Run on the buffers at ``ptrs`` (one per argument, in the constructor's order)."""
+        for i, p in enumerate(ptrs):
+            if p != self.ptrs[i]:
+                _check(_lib.dnnl_memory_set_data_handle(self.mems[i], _P(p)), "memory handle")
+                self.ptrs[i] = p
+        _check(_lib.dnnl_primitive_execute(self.prim, self.stream, len(ptrs), self.args), "execute")
+        _check(_lib.dnnl_stream_wait(self.stream), "stream wait")
 
 
 class _Reorder:
@@ -146,11 +153,11 @@ class _Reorder:
         pd = _P()
         _check(_lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, t["engine"], dst_md, t["engine"],
                                                        None), "reorder")
-        self.prim, self.src, self.dst = _primitive(pd), src_md, dst_md
+        self.run = _Bound(t, _primitive(pd), [(_ARG_SRC, src_md), (_ARG_DST, dst_md)])
         self.size = _lib.dnnl_memory_desc_get_size(dst_md)
 
     def __call__(self, t, src_ptr, dst_ptr):
-        _execute(t, self.prim, [(_ARG_SRC, self.src, src_ptr), (_ARG_DST, self.dst, dst_ptr)])
+        self.run(src_ptr, dst_ptr)
 
     def into_new(self, t, src_ptr) -> np.ndarray:
         """The reordered tensor in a fresh buffer (kept alive by the caller while oneDNN reads it)."""
@@ -179,51 +186,97 @@ class _Conv:
         _check(_lib.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(fwd_pd), t["engine"], _FORWARD_TRAINING, _CONV_DIRECT, src, w_any, bias, dst, st, dil, pd_,
             pd_, attr), "convolution forward")
-        self.fwd = _primitive(fwd_pd)
-        self.src, self.dst, self.bias = src, dst, bias
         self.w_fwd = _P(_lib.dnnl_primitive_desc_query_md(fwd_pd, _Q_WEIGHTS_MD, 0))
+        self.fwd = _Bound(t, _primitive(fwd_pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, self.w_fwd), (_ARG_BIAS, bias),
+                                                  (_ARG_DST, dst)])
         self.w_to_fwd = _Reorder(t, w_user, self.w_fwd)
         bwd_d_pd = _P()
         _check(_lib.dnnl_convolution_backward_data_primitive_desc_create(
             ctypes.byref(bwd_d_pd), t["engine"], _CONV_DIRECT, src, w_any, dst, st, dil, pd_, pd_, fwd_pd, None),
             "convolution backward data")
-        self.bwd_data = _primitive(bwd_d_pd)
         self.w_bwd = _P(_lib.dnnl_primitive_desc_query_md(bwd_d_pd, _Q_WEIGHTS_MD, 0))
+        self.bwd_data = _Bound(t, _primitive(bwd_d_pd), [(_ARG_DIFF_DST, dst), (_ARG_WEIGHTS, self.w_bwd),
+                                                         (_ARG_DIFF_SRC, src)])
         self.w_to_bwd = _Reorder(t, w_user, self.w_bwd)
         bwd_w_pd = _P()
         _check(_lib.dnnl_convolution_backward_weights_primitive_desc_create(
             ctypes.byref(bwd_w_pd), t["engine"], _CONV_DIRECT, src, w_any, bias, dst, st, dil, pd_, pd_, fwd_pd, None),
             "convolution backward weights")
-        self.bwd_weights = _primitive(bwd_w_pd)
         self.dw = _P(_lib.dnnl_primitive_desc_query_md(bwd_w_pd, _Q_DIFF_WEIGHTS_MD, 0))
-        self.dw_size = _lib.dnnl_memory_desc_get_size(self.dw)
+        self.bwd_weights = _Bound(t, _primitive(bwd_w_pd), [(_ARG_SRC, src), (_ARG_DIFF_DST, dst),
+                                                            (_ARG_DIFF_WEIGHTS, self.dw), (_ARG_DIFF_BIAS, bias)])
+        self.dw_buf = np.empty(_lib.dnnl_memory_desc_get_size(self.dw) // 4 + 16, np.float32)  # this thread's
         self.dw_to_user = _Reorder(t, self.dw, w_user)
 
-    def forward(self, t, x_ptr, w_ptr, b_ptr, y_ptr):
-        wbuf = self.w_to_fwd.into_new(t, w_ptr)
-        _execute(t, self.fwd, [(_ARG_SRC, self.src, x_ptr), (_ARG_WEIGHTS, self.w_fwd, wbuf.ctypes.data),
-                               (_ARG_BIAS, self.bias, b_ptr), (_ARG_DST, self.dst, y_ptr)])
+    def forward_weights(self, t, w_ptr) -> np.ndarray:
+        """The OIHW weights at ``w_ptr`` in the forward primitive's layout (to reuse while they do not change)."""
+        return self.w_to_fwd.into_new(t, w_ptr)
+
+    def forward(self, t, x_ptr, w_ptr, b_ptr, y_ptr, wbuf=None):
+        """``wbuf``: the weights from ``forward_weights``; else they are reordered from ``w_ptr`` now."""
+        wbuf = self.w_to_fwd.into_new(t, w_ptr) if wbuf is None else wbuf
+        self.fwd(x_ptr, wbuf.ctypes.data, b_ptr, y_ptr)
 
     def backward_data(self, t, gy_ptr, w_ptr, gx_ptr):
         wbuf = self.w_to_bwd.into_new(t, w_ptr)
-        _execute(t, self.bwd_data, [(_ARG_DIFF_DST, self.dst, gy_ptr), (_ARG_WEIGHTS, self.w_bwd, wbuf.ctypes.data),
-                                    (_ARG_DIFF_SRC, self.src, gx_ptr)])
+        self.bwd_data(gy_ptr, wbuf.ctypes.data, gx_ptr)
 
     def backward_weights(self, t, x_ptr, gy_ptr, gw_ptr, gb_ptr):
-        dwbuf = np.empty(self.dw_size // 4 + 16, np.float32)
-        _execute(t, self.bwd_weights, [(_ARG_SRC, self.src, x_ptr), (_ARG_DIFF_DST, self.dst, gy_ptr),
-                                       (_ARG_DIFF_WEIGHTS, self.dw, dwbuf.ctypes.data),
-                                       (_ARG_DIFF_BIAS, self.bias, gb_ptr)])
-        self.dw_to_user(t, dwbuf.ctypes.data, gw_ptr)
+        self.bwd_weights(x_ptr, gy_ptr, self.dw_buf.ctypes.data, gb_ptr)
+        self.dw_to_user(t, self.dw_buf.ctypes.data, gw_ptr)
+
+
+class _Linear:
+    """Forward primitive of ``y = act(x @ w + b)`` at one batch size: x [n, k], w [k, m] (Paddle's Linear
+    layout), b [m], y [n, m], all row-major float32; ``slope`` None for no activation, else (Leaky)ReLU."""
+
+    def __init__(self, t, n, k, m, slope):
+        src, wts, bias, dst = _md([n, k], [k, 1]), _md([k, m], [m, 1]), _md([1, m], [m, 1]), _md([n, m], [m, 1])
+        attr = None
+        if slope is not None:
+            post_ops, attr = _P(), _P()
+            _check(_lib.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
+            _check(_lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope),
+                                                     ctypes.c_float(0.0)), "eltwise post-op")
+            _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attr")
+            _check(_lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "attr post-ops")
+        pd = _P()
+        _check(_lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), t["engine"], src, wts, bias, dst, attr),
+               "matmul")
+        self.run = _Bound(t, _primitive(pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, wts), (_ARG_BIAS, bias),
+                                              (_ARG_DST, dst)])
+
+    def __call__(self, t, x_ptr, w_ptr, b_ptr, y_ptr):
+        self.run(x_ptr, w_ptr, b_ptr, y_ptr)
+
+
+def linear_for(n, k, m, slope) -> tuple:
+    """This thread's ``_Linear`` for batch n, k -> m features, and the thread state to run it with."""
+    t = _thread()
+    key = ("linear", n, k, m, None if slope is None else float(slope))
+    lin = t["primitives"].get(key)
+    if lin is None:
+        lin = t["primitives"][key] = _Linear(t, *key[1:])
+    return t, lin
+
+
+def u8_to_channels_last_for(n, c, h, w) -> tuple:
+    """This thread's reorder of uint8[n, c, h, w] into float32[n, h, w, c] (values converted, not scaled)."""
+    t = _thread()
+    key = ("u8-nhwc", n, c, h, w)
+    r = t["primitives"].get(key)
+    if r is None:
+        r = t["primitives"][key] = _Reorder(t, _nchw(n, c, h, w, _U8), _nhwc(n, c, h, w))
+    return t, r
 
 
 def conv_for(n, cin, h, w, cout, k, stride, pad, slope) -> tuple:
     """This thread's primitives for one layer (NHWC activations), and the thread state to run them with."""
     t = _thread()
     key = (n, cin, h, w, cout, k, stride, pad, float(slope))
-    conv = t["convs"].get(key)
+    conv = t["primitives"].get(key)
     if conv is None:
-        conv = t["convs"][key] = _Conv(t, *key)
+        conv = t["primitives"][key] = _Conv(t, *key)
     return t, conv
 
 

@@ -38,6 +38,7 @@ from common.checkpoint import (CheckpointError, check_compatible, load_checkpoin
 from common.evaluator import BackgroundEvaluator  # noqa: E402
 from common.fast_ops import set_num_shards  # noqa: E402
 from common.inference import InferenceEngine  # noqa: E402
+from common.native import NativeEngine  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
@@ -74,15 +75,8 @@ class Trainer:
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
             max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
             target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
-        # Only where a batch can reach the predictor's minimum (e.g. Montezuma's 128 envs): the export
-        # costs start-up time and the predictor saves nothing below it.
-        if cfg.device == "cpu" and cfg.inference != "dygraph" and cfg.num_envs >= InferenceEngine.min_batch:
-            precision = "bf16" if cfg.inference == "onednn-bf16" else "fp32"
-            try:
-                self.ppo.use_engine(InferenceEngine(self.policy, self.obs_shape, precision=precision))
-            except Exception as e:  # no oneDNN in this Paddle, or a network the exporter cannot trace
-                warnings.warn(f"--inference {cfg.inference} is unavailable ({type(e).__name__}: {e}); collection "
-                              "runs the training network (--inference dygraph)")
+        if cfg.device == "cpu" and cfg.inference != "dygraph":
+            self._use_collection_engine()
         self.intrinsic = self._new_intrinsic()
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
@@ -111,6 +105,22 @@ class Trainer:
         self.logger = Logger(self.run_dir, comment=spec.name)
 
     # ------------------------------------------------------------------ setup
+    def _use_collection_engine(self) -> None:
+        """Run the policy's collection forward passes on ``--inference``'s engine (CPU), if it can."""
+        cfg = self.cfg
+        try:
+            if cfg.inference == "native":
+                if NativeEngine.supports(self.policy):  # else quietly the training network (e.g. MiniGrid's)
+                    self.ppo.use_engine(NativeEngine(self.policy, self.obs_shape))
+            # Only where a batch can reach the predictor's minimum (e.g. Montezuma's 128 envs): the export
+            # costs start-up time and the predictor saves nothing below it.
+            elif cfg.num_envs >= InferenceEngine.min_batch:
+                precision = "bf16" if cfg.inference == "onednn-bf16" else "fp32"
+                self.ppo.use_engine(InferenceEngine(self.policy, self.obs_shape, precision=precision))
+        except Exception as e:  # no oneDNN in this Paddle, or a network the engine cannot run
+            warnings.warn(f"--inference {cfg.inference} is unavailable ({type(e).__name__}: {e}); collection "
+                          "runs the training network (--inference dygraph)")
+
     def _default_run_name(self) -> str:
         c = self.cfg
         return f"{self.spec.name}_{self.spec.level_name(c)}_{c.intrinsic}_seed{c.seed}_{time.strftime('%Y%m%d-%H%M%S')}"

@@ -8,10 +8,9 @@ tutorial's ``set_global_initializer`` leaked into every layer built afterwards).
 """
 from __future__ import annotations
 
-import paddle
 import paddle.nn as nn
 
-from common.fast_ops import run_sequential
+from common.fast_ops import run_layer
 from common.intrinsic.networks import param_attrs
 
 
@@ -31,11 +30,17 @@ class MARIO(nn.Layer):
             layers += [nn.Conv2D(c, 32, 3, stride=2, padding=1, weight_attr=w, bias_attr=b), nn.ReLU()]
             c = 32
         self.features = nn.Sequential(*layers)
+        self.flatten = nn.Flatten()  # no parameters: state dicts are unchanged
         self.linear0 = _linear(32 * 6 * 6, 512)
         self.actor = _linear(512, actions)
         self.critic_ext = _linear(512, 1)
         self.critic_int = _linear(512, 1)
 
     def forward(self, x):
-        h = self.linear0(paddle.flatten(run_sequential(self.features, x), 1))  # fused conv+bias+ReLU
-        return self.actor(h), self.critic_ext(h).squeeze(-1), self.critic_int(h).squeeze(-1)
+        return self.compute(x, run_layer)  # fused conv+bias+ReLU, same math
+
+    def compute(self, x, run):
+        """The dataflow, written once: ``run(layer, x)`` is ``run_layer`` here and numpy + oneDNN in
+        collection (``common.native``)."""
+        h = run(self.linear0, run(self.flatten, run(self.features, x)))
+        return run(self.actor, h), run(self.critic_ext, h).squeeze(-1), run(self.critic_int, h).squeeze(-1)

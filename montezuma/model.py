@@ -14,7 +14,7 @@ import math
 import paddle
 import paddle.nn as nn
 
-from common.fast_ops import run_sequential
+from common.fast_ops import run_layer
 from common.intrinsic.networks import param_attrs
 
 
@@ -42,6 +42,11 @@ class RNDPolicy(nn.Layer):
         self.critic_int = _linear(448, 1, gain=0.01)
 
     def forward(self, x):
-        h = run_sequential(self.features, x)  # fused conv+bias+ReLU, same math
-        hv = h + self.extra_layer(h)
-        return self.actor(h), self.critic_ext(hv).squeeze(-1), self.critic_int(hv).squeeze(-1)
+        return self.compute(x, run_layer)  # fused conv+bias+ReLU, same math
+
+    def compute(self, x, run):
+        """The dataflow, written once: ``run(layer, x)`` is ``run_layer`` here and numpy + oneDNN in
+        collection (``common.native``)."""
+        h = run(self.features, x)
+        hv = h + run(self.extra_layer, h)
+        return run(self.actor, h), run(self.critic_ext, hv).squeeze(-1), run(self.critic_int, hv).squeeze(-1)

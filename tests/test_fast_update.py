@@ -47,8 +47,8 @@ def _plain_stack(layers, x, keep=None):
 
 def _plain(monkeypatch):
     """Route the models through the plain layers (the reference eager path)."""
-    monkeypatch.setattr(mario_model, "run_sequential", lambda seq, x: seq(x))
-    monkeypatch.setattr(montezuma_model, "run_sequential", lambda seq, x: seq(x))
+    monkeypatch.setattr(mario_model, "run_layer", lambda layer, x: layer(x))
+    monkeypatch.setattr(montezuma_model, "run_layer", lambda layer, x: layer(x))
     monkeypatch.setattr(networks, "conv_stack", _plain_stack)
 
 

@@ -1,0 +1,112 @@
+"""The native collection engine: the policy's forward on oneDNN primitives + numpy (common/native.py)."""
+import numpy as np
+import paddle
+import paddle.nn as nn
+import pytest
+
+from common import onednn_conv
+from common.fast_ops import run_layer
+from common.native import NativeEngine
+from common.ppo import obs_to_tensor
+from gridworld.model import GridPolicy
+from mario.model import MARIO
+from montezuma.model import RNDPolicy
+
+pytestmark = pytest.mark.skipif(not onednn_conv.available(), reason="this Paddle ships no usable oneDNN library")
+
+
+def reference(net, obs):
+    with paddle.no_grad():
+        return [t.numpy() for t in net(obs_to_tensor(obs))]
+
+
+def assert_close(outs, refs):
+    assert [o.shape for o in outs] == [r.shape for r in refs]
+    for o, r in zip(outs, refs):
+        assert o.dtype == np.float32 and o.flags.c_contiguous
+        np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5 * (1 + np.abs(r).max()))
+
+
+class LeakyNet(nn.Layer):
+    """Padded convolutions with LeakyReLU, a Flatten feeding a Linear + LeakyReLU, a plain ReLU and a
+    residual: the other layer kinds the engine knows."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2D(4, 8, 3, stride=2, padding=1), nn.LeakyReLU(0.2),
+                                      nn.Conv2D(8, 8, 3, stride=1, padding=1), nn.LeakyReLU(0.2), nn.Flatten(),
+                                      nn.Linear(8 * 6 * 6, 16), nn.LeakyReLU(0.1))
+        self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.compute(x, run_layer)
+
+    def compute(self, x, run):
+        h = run(self.features, x)
+        return run(self.out, h + run(self.head, h)), run(self.features, x).sum(-1)
+
+
+@pytest.mark.parametrize("net_cls,args", [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (LeakyNet, ())])
+def test_engine_matches_the_network_at_any_batch_and_follows_refresh(net_cls, args):
+    paddle.seed(3)
+    net = net_cls(*args)
+    shape = (4, 12, 12) if net_cls is LeakyNet else (4, 84, 84)
+    obs = np.random.default_rng(0).integers(0, 256, size=(9, *shape), dtype=np.uint8)
+    assert NativeEngine.supports(net)
+    engine = NativeEngine(net, shape)
+    for n in (9, 1, 4, 9):  # new batch sizes build their primitives; old ones reuse theirs
+        assert_close(engine(obs[:n]), reference(net, obs[:n]))
+    with paddle.no_grad():
+        for p in net.parameters():
+            p.set_value(p * 1.5 + 0.01)
+    stale = engine(obs)
+    assert not np.allclose(stale[0], reference(net, obs)[0], rtol=1e-3, atol=1e-4)  # a copy until refresh()
+    engine.refresh()
+    assert_close(engine(obs), reference(net, obs))
+    assert_close(engine(obs[:4]), reference(net, obs[:4]))
+
+
+def test_networks_without_compute_or_with_unknown_layers_are_refused():
+    grid = GridPolicy(7)
+    assert not NativeEngine.supports(grid)
+    with pytest.raises(TypeError, match="GridPolicy has no compute"):
+        NativeEngine(grid, (3, 7, 7))
+
+    class Pooled(LeakyNet):
+        def compute(self, x, run):
+            return (run(nn.AvgPool2D(2), x),)
+
+    with pytest.raises(TypeError, match="does not run AvgPool2D"):
+        NativeEngine(Pooled(), (4, 12, 12))
+
+
+def test_trainer_collection_native_matches_dygraph_and_repeats(tmp_path):
+    """The default (--inference native) and --inference dygraph give the same rollout from one seed,
+    and two native runs with that seed are identical."""
+    from common.trainer import Trainer
+    from montezuma.train import SPEC, MontezumaConfig
+
+    def rollout(inference, name):
+        cfg = MontezumaConfig(num_processes=4, num_workers=2, num_local_steps=12, batch_size=2, num_epochs=1,
+                              num_global_steps=48, obs_norm_steps=1, eval_interval=0, video_interval=0,
+                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
+                              run_name=name, seed=11, inference=inference)
+        tr = Trainer(SPEC, cfg)
+        tr.envs = tr._make_envs()
+        try:
+            assert isinstance(tr.ppo.engine, NativeEngine) == (inference == "native")
+            tr.collect(tr.envs.reset())
+            b = tr.buffer
+            return {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext", "values_int")}
+        finally:
+            tr.close()
+
+    assert MontezumaConfig().inference == "native"
+    fast, again, plain = rollout("native", "a"), rollout("native", "b"), rollout("dygraph", "c")
+    for k in fast:
+        np.testing.assert_array_equal(fast[k], again[k], err_msg=k)
+    for k in ("obs", "actions"):
+        np.testing.assert_array_equal(fast[k], plain[k], err_msg=k)
+    for k in ("log_probs", "values_ext", "values_int"):
+        np.testing.assert_allclose(fast[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
