@@ -238,10 +238,11 @@ class Trainer:
         self.embedding_meta = {}
         if self._stop_signal is not None:
             return None
-        # Pipelined: the env groups (two halves of the workers) step in turn, and the policy
-        # picks one group's next actions while the other group's workers step. Groups go in
-        # env order at every step, so the sampler's random numbers reach the same envs as in
-        # one batched call; with one group this is the plain act-step loop.
+        # Pipelined: the env groups (each worker's envs in two halves) step in turn, and the policy
+        # picks one group's next actions while its worker steps the other half (and the other
+        # workers step theirs), so no worker waits for the policy. Groups go in env order at every
+        # step, so the sampler's random numbers reach the same envs as in one batched call; with
+        # one group this is the plain act-step loop.
         groups = envs.pipeline_groups
         policy_out = [None] * len(groups)  # (actions, log_probs, v_ext, v_int) of the step in flight
         for g, (a, b) in enumerate(groups):

@@ -7,14 +7,14 @@
     venv.close()                                        # idempotent; also a context manager
 
 and, for pipelining, in independent groups of envs (``venv.pipeline_groups``, a list of
-``(start, stop)`` env ranges; one range for an in-process vector env, two halves of the
-workers for a subprocess one)::
+``(start, stop)`` env ranges; one range for an in-process vector env, each worker's envs in
+two halves for a subprocess one)::
 
     venv.step_async(actions[start:stop], start, stop)   # returns at once
     obs_g, rewards_g, dones_g, infos_g = venv.step_wait(start, stop)
 
-While one group steps in its workers, the caller can compute the other group's
-actions (``Trainer.collect`` does).
+While one group steps in its worker, the caller can compute another group's actions
+(``Trainer.collect`` does). Groups of one worker are answered in the order they were sent.
 
 Contract (shared by :class:`InProcessVecEnv` and :class:`SubprocVecEnv`):
 
@@ -209,15 +209,18 @@ class _EnvGroup:
             except Exception:
                 raise _EnvFailure(self.first_index + j, "reset", traceback.format_exc()) from None
 
-    def step(self, actions: Sequence[int], out: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict]]:
-        n = len(self.envs)
-        rewards = np.zeros(n, dtype=np.float32)
-        dones = np.zeros(n, dtype=bool)
+    def step(self, actions: Sequence[int], out: np.ndarray, lo: int = 0,
+             hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+        """Step envs ``lo..hi-1`` of this group (all by default) with ``actions`` (one each); their
+        observations go to ``out[lo:hi]``."""
+        hi = len(self.envs) if hi is None else hi
+        rewards = np.zeros(hi - lo, dtype=np.float32)
+        dones = np.zeros(hi - lo, dtype=bool)
         infos: list[dict] = []
-        for j, env in enumerate(self.envs):
-            phase = "step"
+        for j in range(lo, hi):
+            env, phase = self.envs[j], "step"
             try:
-                obs, reward, done, info = env.step(int(actions[j]))
+                obs, reward, done, info = env.step(int(actions[j - lo]))
                 self._check(j, obs, "step()")
                 reward = float(reward)
                 done = bool(done)
@@ -232,8 +235,8 @@ class _EnvGroup:
                 out[j] = obs
             except Exception:
                 raise _EnvFailure(self.first_index + j, phase, traceback.format_exc()) from None
-            rewards[j] = reward
-            dones[j] = done
+            rewards[j - lo] = reward
+            dones[j - lo] = done
             infos.append(info)
         return rewards, dones, infos
 
@@ -468,9 +471,10 @@ def _worker_main(conn, worker_index: int, first_index: int, payload: bytes,
         while True:
             cmd, arg = conn.recv()
             try:
-                if cmd == "step":
-                    rewards, dones, infos = group.step(arg, obs_buf)
-                    conn.send(("ok", None if shm is not None else obs_buf, rewards, dones, infos))
+                if cmd == "step":  # arg: (first, stop, actions) of this worker's envs
+                    lo, hi, actions = arg
+                    rewards, dones, infos = group.step(actions, obs_buf, lo, hi)
+                    conn.send(("ok", None if shm is not None else obs_buf[lo:hi], rewards, dones, infos))
                 elif cmd == "reset":
                     group.reset(obs_buf)
                     conn.send(("ok", None if shm is not None else obs_buf, None, None, None))
@@ -542,7 +546,8 @@ class SubprocVecEnv(VecEnv):
         self._ranges = _split(self.num_envs, self.num_workers)
         self._broken: str | None = None
         self._unresponsive: set[int] = set()  # hung workers: close() terminates them at once
-        self._in_flight: set[int] = set()  # workers with a step sent and not yet received
+        # per worker, the env ranges of the steps sent to it and not yet received, in sending order
+        self._in_flight: dict[int, list[tuple[int, int]]] = {}
         ctx = mp.get_context(start_method)
 
         payloads = []
@@ -664,30 +669,38 @@ class SubprocVecEnv(VecEnv):
             except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
                 raise self._dead(w, phase) from None
 
-    def _collect_obs(self, results: dict[int, tuple], workers: Sequence[int]) -> np.ndarray:
+    def _collect_obs(self, results: dict[int, tuple], start: int, stop: int) -> np.ndarray:
         if self._shm_obs is not None:
-            return self._shm_obs[self._ranges[workers[0]][0]:self._ranges[workers[-1]][1]].copy()
-        return np.concatenate([results[w][1] for w in workers], axis=0)
+            return self._shm_obs[start:stop].copy()
+        return np.concatenate([results[w][1] for w in sorted(results)], axis=0)
 
-    def _workers(self, start: int, stop: int) -> list[int]:
-        """The workers hosting exactly envs ``start..stop-1``: all of them, or one pipeline group."""
+    def _parts(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """(worker, first, stop) of each worker's share of envs ``start..stop-1``, in the worker's own
+        numbering: every worker whole for all envs, else the one worker hosting that pipeline group."""
         if (start, stop) != (0, self.num_envs):
             self._group(start, stop)
-        return [w for w, (s, e) in enumerate(self._ranges) if start <= s and e <= stop]
+        return [(w, max(start, s) - s, min(stop, e) - s) for w, (s, e) in enumerate(self._ranges)
+                if s < stop and start < e]
 
     # ------------------------------------------------------------------ contract
     @property
     def pipeline_groups(self) -> list[tuple[int, int]]:
-        """Two halves of the workers (one range when there is a single worker)."""
-        if self.num_workers < 2:
-            return [(0, self.num_envs)]
-        mid = self._ranges[self.num_workers // 2][0]
-        return [(0, mid), (mid, self.num_envs)]
+        """Each worker's envs in two halves (whole when it hosts one env), in env order.
+
+        A worker gets the next step of one half while it steps the other, so the caller can
+        pick one half's actions without leaving the worker idle (``Trainer.collect``).
+        """
+        groups = []
+        for s, e in self._ranges:
+            mid = s + (e - s + 1) // 2
+            groups += [(s, mid), (mid, e)] if e - s > 1 else [(s, e)]
+        return groups
 
     def reset(self) -> np.ndarray:
         self._guard()
-        if self._in_flight:
-            raise RuntimeError(f"reset while envs of workers {sorted(self._in_flight)} are stepping; step_wait first")
+        if any(self._in_flight.values()):
+            busy = sorted(w for w, q in self._in_flight.items() if q)
+            raise RuntimeError(f"reset while envs of workers {busy} are stepping; step_wait first")
         ok = False
         try:
             self._send_all([("reset", None)] * self.num_workers, "reset")
@@ -696,23 +709,25 @@ class SubprocVecEnv(VecEnv):
         finally:
             if not ok and self._broken is None:
                 self._broken = "interrupted during reset"
-        return self._collect_obs(results, range(self.num_workers))
+        return self._collect_obs(results, 0, self.num_envs)
 
     def step_async(self, actions, start: int, stop: int) -> None:
         self._guard()
-        workers = self._workers(start, stop)
-        if self._in_flight.intersection(workers):
-            raise RuntimeError(f"envs {start}..{stop - 1} are already stepping; step_wait first")
+        parts = self._parts(start, stop)
+        for w, lo, hi in parts:
+            s = self._ranges[w][0]
+            if any(a < s + hi and s + lo < b for a, b in self._in_flight.get(w, [])):
+                raise RuntimeError(f"envs {start}..{stop - 1} are already stepping; step_wait first")
         a = self._actions(actions, stop - start)
         ok = False
         try:
-            for w in workers:
-                s, e = self._ranges[w]
+            for w, lo, hi in parts:
+                first = self._ranges[w][0] + lo - start  # this worker's actions in a
                 try:
-                    self._conns[w].send(("step", a[s - start:e - start].tolist()))
+                    self._conns[w].send(("step", (lo, hi, a[first:first + hi - lo].tolist())))
                 except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
                     raise self._dead(w, "step") from None
-                self._in_flight.add(w)
+                self._in_flight.setdefault(w, []).append((start, stop))
             ok = True
         finally:
             if not ok and self._broken is None:
@@ -720,9 +735,14 @@ class SubprocVecEnv(VecEnv):
 
     def step_wait(self, start: int, stop: int):
         self._guard()
-        workers = self._workers(start, stop)
-        if not self._in_flight.issuperset(workers):
-            raise RuntimeError(f"step_wait for envs {start}..{stop - 1} without step_async")
+        workers = [w for w, _, _ in self._parts(start, stop)]
+        for w in workers:
+            queue = self._in_flight.get(w, [])
+            if (start, stop) not in queue:
+                raise RuntimeError(f"step_wait for envs {start}..{stop - 1} without step_async")
+            if queue[0] != (start, stop):  # a worker answers in the order it was sent steps
+                raise RuntimeError(f"step_wait for envs {start}..{stop - 1} before envs {queue[0][0]}.."
+                                   f"{queue[0][1] - 1}, which were sent to worker {w} first")
         ok = False
         try:
             results = self._gather(workers, "step")
@@ -730,8 +750,9 @@ class SubprocVecEnv(VecEnv):
         finally:
             if not ok and self._broken is None:
                 self._broken = "interrupted during step"
-        self._in_flight.difference_update(workers)
-        obs = self._collect_obs(results, workers)
+        for w in workers:
+            self._in_flight[w].pop(0)
+        obs = self._collect_obs(results, start, stop)
         rewards = np.concatenate([results[w][2] for w in workers]).astype(np.float32, copy=False)
         dones = np.concatenate([results[w][3] for w in workers]).astype(bool, copy=False)
         infos: list[dict] = []

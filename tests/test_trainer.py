@@ -117,8 +117,9 @@ def test_config_fields_all_have_help_and_round_trip():
 
 
 def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
-    """With 2 env workers, collection steps the halves in turn (policy on one half while the other
-    steps); the rollout equals the plain act-then-step loop over the whole batch, with the same seed."""
+    """With 2 env workers, collection steps each worker's halves in turn (policy on one half while
+    its worker steps the other); the rollout equals the plain act-then-step loop over the whole
+    batch, with the same seed."""
     from common.vec_env import SubprocVecEnv
 
     def rollout(run_name):
@@ -139,12 +140,12 @@ def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
             tr.close()
 
     groups, piped = rollout("piped")
-    assert groups == [(0, 2), (2, 4)]
+    assert groups == [(0, 1), (1, 2), (2, 3), (3, 4)]
     monkeypatch.setattr(SubprocVecEnv, "pipeline_groups", property(lambda self: [(0, self.num_envs)]))
     _, plain = rollout("plain")
     for k in ("obs", "actions", "rewards_ext", "dones"):
         np.testing.assert_array_equal(piped[k], plain[k], err_msg=k)
-    for k in ("log_probs", "values_ext"):  # the policy ran on batches of 2 instead of 4
+    for k in ("log_probs", "values_ext"):  # the policy ran on batches of 1 instead of 4
         np.testing.assert_allclose(piped[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 

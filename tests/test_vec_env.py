@@ -201,7 +201,9 @@ def test_pipelined_groups_step_like_the_whole_vector(workers):
         ref = [whole.reset()] + [whole.step(a) for a in actions]
     with make_vec_env(counting(n, episode_len=3), num_workers=workers, seed=4) as venv:
         groups = venv.pipeline_groups
-        assert groups[0][0] == 0 and groups[-1][1] == n and len(groups) == (2 if workers >= 2 else 1)
+        per_worker = [3, 2] if workers == 0 else [len(range(n)[w::workers]) for w in range(workers)]
+        assert groups[0][0] == 0 and groups[-1][1] == n
+        assert len(groups) == (1 if workers == 0 else sum(2 if k > 1 else 1 for k in per_worker))
         assert all(a < b and b == c for (a, b), (c, _) in zip(groups, groups[1:]))
         got = [venv.reset()]
         for a in actions:
@@ -222,9 +224,11 @@ def test_pipelined_groups_step_like_the_whole_vector(workers):
 def test_step_async_misuse_is_refused():
     with SubprocVecEnv(counting(4), num_workers=2, seed=0) as venv:
         venv.reset()
-        (a, b), (c, d) = venv.pipeline_groups
+        groups = venv.pipeline_groups
+        assert groups == [(0, 1), (1, 2), (2, 3), (3, 4)]  # each worker's 2 envs in halves
+        (a, b), (c, d) = groups[:2]  # both on worker 0
         with pytest.raises(ValueError, match="not one of this VecEnv's groups"):
-            venv.step_async([0], 0, 1)
+            venv.step_async([0, 0], 0, 2)
         with pytest.raises(RuntimeError, match="without step_async"):
             venv.step_wait(a, b)
         venv.step_async([0] * (b - a), a, b)
@@ -232,7 +236,13 @@ def test_step_async_misuse_is_refused():
             venv.step_async([0] * (b - a), a, b)
         with pytest.raises(RuntimeError, match="step_wait first"):
             venv.reset()
+        venv.step_async([1] * (d - c), c, d)  # queued behind (a, b) on the same worker
+        with pytest.raises(RuntimeError, match="which were sent to worker 0 first"):
+            venv.step_wait(c, d)
+        with pytest.raises(RuntimeError, match="already stepping"):
+            venv.step([0, 1, 2, 0])
         venv.step_wait(a, b)
+        venv.step_wait(c, d)
         venv.step([0, 1, 2, 0])  # back to normal
 
 
