@@ -10,8 +10,8 @@ another, so that they see the same machine; on a shared machine the ratios are w
 3. the project's trainer on Mario with the tutorial's settings (6 envs, 10 epochs x 16
    minibatches, eval after every update) for the same number of updates and the same
    ``--num-local-steps``;
-4. the project's trainer on Montezuma, 8 envs x 128 steps, 4 epochs x 4 minibatches, then a
-   short run with its default 128 envs (collection rate and memory).
+4. the project's trainer on Montezuma, 8 envs x 128 steps, 4 epochs x 4 minibatches, then one
+   update of its default 128 envs x 128 steps (collection rate and memory; one epoch).
 
 End-to-end rate = agent steps / (collection + update + evaluation time), from the first
 rollout to the end of the last update's evaluation (start-up and the observation-normalizer
@@ -242,10 +242,12 @@ def main(argv=None):
             [me, "--child", "project", "montezuma", "--num-processes", "8", "--num-local-steps", "128",
              "--num-global-steps", str(1024 * a.montezuma_updates), "--obs-norm-steps", "32",
              "--eval-interval", str(a.montezuma_updates), *common], "project Montezuma 8x128")
+        # one update of the default rollout (128 envs x 128 steps: a 16-step rollout would count the
+        # pipeline's fill and drain 8x over); one epoch of the default 4 minibatches
         res["mont128"], rss["mont128"] = run_child(
-            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "16",
-             "--num-global-steps", str(128 * 16), "--obs-norm-steps", "1", "--batch-size", "4", "--num-epochs", "1",
-             "--eval-interval", "0", *common], "project Montezuma 128 envs x 16 steps (collection, memory)")
+            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "128",
+             "--num-global-steps", str(128 * 128), "--obs-norm-steps", "1", "--num-epochs", "1",
+             "--eval-interval", "0", *common], "project Montezuma 128 envs x 128 steps (collection, memory)")
 
     def rate(d, keys=("collect", "update", "eval")):
         return sum(d["steps"] if isinstance(d["steps"], list) else [d["steps"]]) / sum(sum(d[k]) for k in keys)
@@ -290,7 +292,7 @@ def main(argv=None):
             print(f"Montezuma collection vs env-only (8 envs, {mont_workers} workers): {c:.1f} / "
                   f"{res['env_mont']['rate']:.1f} = {c / res['env_mont']['rate']:.2f}")
     if "mont128" in res and "env_mont128" in res:
-        c = 128 * 16 * len(res["mont128"]["collect"]) / sum(res["mont128"]["collect"])
+        c = 128 * 128 * len(res["mont128"]["collect"]) / sum(res["mont128"]["collect"])
         print(f"Montezuma collection vs env-only (128 envs, {cores} workers, the default): {c:.1f} / "
               f"{res['env_mont128']['rate']:.1f} = {c / res['env_mont128']['rate']:.2f}")
     for k, label in (("tutorial", "tutorial Mario, 6 processes"), ("mario", "project Mario, 6 processes"),

@@ -101,6 +101,7 @@ class NativeEngine:
         self._weights: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._conv_weights: dict[tuple[int, int], np.ndarray] = {}  # (layer, batch) -> reordered weights
         self._permuted: dict[tuple[int, tuple], np.ndarray] = {}  # (Linear, (h, w, c)) -> rows in that order
+        self._steps: dict[int, list] = {}  # layer -> its plan (``_plan``)
         self.refresh()
         self._check(tuple(obs_shape))
 
@@ -131,28 +132,37 @@ class NativeEngine:
 
     # ------------------------------------------------------------------ the runner compute() calls
     def run(self, layer: nn.Layer, x):
+        steps = self._steps.get(id(layer))
+        if steps is None:
+            steps = self._steps[id(layer)] = self._plan(layer)
+        for step, arg in steps:
+            x = step(arg, x)
+        return x
+
+    def _plan(self, layer: nn.Layer) -> list:
+        """What ``run(layer, x)`` does, worked out once per layer: (method, argument) steps."""
         groups = list(fused_groups(layer)) if isinstance(layer, nn.Sequential) else [layer]
-        i = 0
+        steps, i = [], 0
         while i < len(groups):
             g = groups[i]
             if isinstance(g, list):
-                x = self._convs(g, x)
+                specs = dnnl_conv_specs(g)
+                if specs is None:
+                    raise _Unsupported(f"a convolution oneDNN cannot run here: {g[0][0]}")
+                steps.append((self._convs, list(zip([conv for conv, _ in g], specs))))
             elif isinstance(g, nn.Linear):
                 fuse = i + 1 < len(groups) and isinstance(groups[i + 1], _ACTS)
-                x = self._linear(g, x, _slope(groups[i + 1]) if fuse else None)
+                steps.append((self._linear, (g, _slope(groups[i + 1]) if fuse else None)))
                 i += fuse
             else:
-                x = self._other(g, x)
+                steps.append((self._other, g))
             i += 1
-        return x
+        return steps
 
     def _convs(self, stack, x) -> _ChannelsLast:
-        specs = dnnl_conv_specs(stack)
-        if specs is None:
-            raise _Unsupported(f"a convolution oneDNN cannot run here: {stack[0][0]}")
         a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(np.asarray(x).transpose(0, 2, 3, 1))
         n, h, w, _ = a.shape
-        for (conv, _), (cin, cout, k, stride, pad, slope) in zip(stack, specs):
+        for conv, (cin, cout, k, stride, pad, slope) in stack:
             t, prim = onednn_conv.conv_for(n, cin, h, w, cout, k, stride, pad, slope)
             weight, bias = self._weights[id(conv)]
             key = (id(conv), n)
@@ -164,7 +174,8 @@ class NativeEngine:
             a, h, w = y, prim.ho, prim.wo
         return _ChannelsLast(a)
 
-    def _linear(self, layer: nn.Linear, x, slope) -> np.ndarray:
+    def _linear(self, layer_slope, x) -> np.ndarray:
+        layer, slope = layer_slope
         weight, bias = self._weights[id(layer)]
         if isinstance(x, _FlatChannelsLast):
             a, key = x.a, (id(layer), x.hwc)
@@ -184,6 +195,7 @@ class NativeEngine:
 
     @staticmethod
     def _other(layer: nn.Layer, x):
+        """Activations and Flatten (the layers with no weights)."""
         if isinstance(layer, _ACTS):
             slope = np.float32(_slope(layer))
             a = x.a if isinstance(x, _ChannelsLast) else x
