@@ -1,17 +1,18 @@
-"""The collection policy on the training network (dygraph) vs the oneDNN predictor, in one run.
+"""The collection policy on each ``--inference`` engine, in one run.
 
 1. Forward pass of each game's policy (uint8 frames in, numpy out) at several batch sizes, one
    thread, with a busy process on another core (as an env worker would be): median ms for the
-   dygraph network, the fp32 predictor (``--inference onednn``, the default) and the bf16
-   predictor (``--inference onednn-bf16``), and the ratios.
-2. ``Trainer.collect`` with the three settings, alternating, in one trainer with the default
-   vector env (one worker per core): Montezuma 8 and 128 envs, Mario 6 envs; agent steps/s and
-   the ratio against dygraph. (The predictor only takes batches of at least
+   dygraph network (``--inference dygraph``), the native engine (``native``, the default:
+   oneDNN primitives + numpy, ``common/native.py``), the fp32 predictor (``onednn``) and the
+   bf16 predictor (``onednn-bf16``), and each one's speed-up over dygraph.
+2. ``Trainer.collect`` with each engine, alternating, in one trainer with the default vector
+   env (one worker per core): Montezuma 8 and 128 envs, Mario 6 envs; agent steps/s and the
+   ratio against dygraph. (The predictors only take batches of at least
    ``InferenceEngine.min_batch``; smaller ones stay on dygraph, see ``common/inference.py``.)
    "dygraph" is the training network, whose convolutions run on oneDNN as well when
    ``common.onednn_conv`` is available.
 
-    python benchmarks/inference.py                  # ~3 min
+    python benchmarks/inference.py                  # ~4 min
     python benchmarks/inference.py --skip collect
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-MODES = ("dygraph", "fp32", "bf16")
+MODES = ("dygraph", "native", "fp32", "bf16")  # --inference dygraph, native, onednn, onednn-bf16
 
 
 def _busy(stop):
@@ -51,6 +52,7 @@ def forward_table(batches, repeats: int) -> None:
 
     from common.device import set_device
     from common.inference import InferenceEngine
+    from common.native import NativeEngine
     from common.ppo import obs_to_tensor
     from mario.model import MARIO
     from montezuma.model import RNDPolicy
@@ -61,10 +63,11 @@ def forward_table(batches, repeats: int) -> None:
     busy.start()
     try:
         print(f"{'network':<10} {'batch':>5} " + " ".join(f"{m + ' ms':>11}" for m in MODES)
-              + f" {'fp32 speed-up':>14} {'bf16 speed-up':>14}")
+              + " " + " ".join(f"{m + ' speed-up':>16}" for m in MODES[1:]))
         for name, net in (("Mario", MARIO(4, 7)), ("Montezuma", RNDPolicy(4, 18))):
             net.eval()
             engines = {p: InferenceEngine(net, (4, 84, 84), precision=p) for p in ("fp32", "bf16")}
+            engines["native"] = NativeEngine(net, (4, 84, 84))
             for b in batches:
                 x = np.random.default_rng(b).integers(0, 256, (b, 4, 84, 84), dtype=np.uint8)
 
@@ -75,8 +78,8 @@ def forward_table(batches, repeats: int) -> None:
                 ms = {"dygraph": _median_ms(dygraph, repeats)}
                 for p, e in engines.items():
                     ms[p] = _median_ms(lambda e=e: e(x), repeats)
-                print(f"{name:<10} {b:>5} " + " ".join(f"{ms[m]:>11.2f}" for m in MODES)
-                      + f" {ms['dygraph'] / ms['fp32']:>13.2f}x {ms['dygraph'] / ms['bf16']:>13.2f}x", flush=True)
+                print(f"{name:<10} {b:>5} " + " ".join(f"{ms[m]:>11.2f}" for m in MODES) + " "
+                      + " ".join(f"{ms['dygraph'] / ms[m]:>15.2f}x" for m in MODES[1:]), flush=True)
             for e in engines.values():
                 e.close()
     finally:
@@ -89,6 +92,7 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
 
     from common.config import parse_config
     from common.inference import InferenceEngine
+    from common.native import NativeEngine
     from common.trainer import Trainer
 
     if game == "mario":
@@ -102,7 +106,8 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
                                                     "--obs-norm-steps", "2", "--log-path", tmp])
         tr = Trainer(SPEC, cfg)
         try:
-            engines = {"dygraph": None, "fp32": tr.ppo.engine,
+            engines = {"dygraph": None, "native": NativeEngine(tr.policy, tr.obs_shape),
+                       "fp32": InferenceEngine(tr.policy, tr.obs_shape, precision="fp32"),
                        "bf16": InferenceEngine(tr.policy, tr.obs_shape, precision="bf16")}
             tr.envs = tr._make_envs()
             obs = tr.init_obs_normalizer(tr.envs.reset())
@@ -115,11 +120,11 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
                         obs, _ = tr.collect(obs)
                         rates[m].append(steps * num_envs / (time.perf_counter() - t))
             med = {m: statistics.median(r) for m, r in rates.items()}
-            print(f"{game:<10} {num_envs:>4} envs  " + "  ".join(f"{m} {med[m]:>7.0f}" for m in MODES)
-                  + f"  fp32/dygraph {med['fp32'] / med['dygraph']:.2f}x  bf16/dygraph {med['bf16'] / med['dygraph']:.2f}x",
-                  flush=True)
-            engines["bf16"].close()
-            tr.ppo.use_engine(engines["fp32"])
+            print(f"{game:<10} {num_envs:>4} envs  " + "  ".join(f"{m} {med[m]:>7.0f}" for m in MODES) + "  "
+                  + "  ".join(f"{m}/dygraph {med[m] / med['dygraph']:.2f}x" for m in MODES[1:]), flush=True)
+            tr.ppo.use_engine(None)
+            for m in ("fp32", "bf16"):
+                engines[m].close()
         finally:
             tr.close()
 

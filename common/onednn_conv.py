@@ -270,6 +270,19 @@ def u8_to_channels_last_for(n, c, h, w) -> tuple:
     return t, r
 
 
+def unit_floats_channels_last(obs: np.ndarray) -> np.ndarray:
+    """uint8[N, C, H, W] -> float32[N, H, W, C] = obs / 255 (the same values as Paddle's x / 255),
+    channels-last as the convolutions take it: one oneDNN reorder and an in-place divide
+    (Paddle's cast + divide + transpose: ~40 ms for 256 Montezuma frames; this: ~4 ms)."""
+    obs = np.ascontiguousarray(obs, dtype=np.uint8)
+    n, c, h, w = obs.shape
+    x = np.empty((n, h, w, c), np.float32)
+    t, reorder = u8_to_channels_last_for(n, c, h, w)
+    reorder(t, obs.ctypes.data, x.ctypes.data)
+    np.divide(x, np.float32(255.0), out=x)
+    return x
+
+
 def conv_for(n, cin, h, w, cout, k, stride, pad, slope) -> tuple:
     """This thread's primitives for one layer (NHWC activations), and the thread state to run them with."""
     t = _thread()
