@@ -55,3 +55,26 @@ def test_ppo_step_increases_advantaged_action_probability():
     p0_after = np.exp(_np_log_softmax(logits.numpy()))[:, 0].mean()
     assert p0_after > p0_before + 0.01
     assert out["approx_kl"] >= 0
+
+
+def test_obs_to_tensor_is_the_plain_division_and_keeps_its_memory():
+    """The channels-last fast path gives Paddle's own x / 255 bit for bit, as a [B, C, H, W] tensor
+    that stays valid after its numpy buffer's last Python reference is gone."""
+    import gc
+
+    from common.ppo import obs_to_tensor
+    from montezuma.model import RNDPolicy
+
+    obs = np.random.default_rng(0).integers(0, 256, size=(6, 4, 84, 84), dtype=np.uint8)
+    plain = paddle.to_tensor(obs).astype("float32") / 255.0
+    x = obs_to_tensor(obs)
+    gc.collect()
+    clobber = [np.full((6, 84, 84, 4), 7.0, np.float32) for _ in range(8)]  # reuse freed memory, if any
+    assert x.shape == [6, 4, 84, 84] and x.dtype == paddle.float32 and x.stop_gradient
+    np.testing.assert_array_equal(x.numpy(), plain.numpy())
+    paddle.seed(1)
+    net = RNDPolicy(4, 18)
+    with paddle.no_grad():
+        for a, b in zip(net(x), net(plain)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    del clobber
