@@ -1,11 +1,10 @@
 """The policy's forward pass on numpy + oneDNN primitives, for collection on CPU (``--inference native``).
 
-During collection the policy runs on small batches (Montezuma's 8 envs: 4 per call, one
+During collection the policy runs on small batches (Montezuma's 8 envs: 2 per call, one
 call per pipeline group and step) beside the env workers, which hold the cores. At batch 4
-Paddle's dygraph spends more time per call dispatching its ~25 ops than computing them
-(act: 1.6 ms, of which the convolutions' arithmetic is 0.45 ms), and the uint8 -> float32
-input conversion alone costs 3.9 ms at batch 64. This engine runs the same network with
-none of that:
+Paddle's dygraph spent more time per call dispatching its ~25 ops than computing them
+(act: 1.6 ms, of which the convolutions' arithmetic is 0.45 ms). This engine runs the same
+network with none of that:
 
 * the convolutions on ``common.onednn_conv``'s primitives (bias + ReLU fused, channels-last,
   weights reordered once per refresh instead of once per call);
@@ -72,6 +71,15 @@ def _slope(act) -> float:
 
 def _plain(x) -> np.ndarray:
     return x.nchw() if isinstance(x, (_ChannelsLast, _FlatChannelsLast)) else x
+
+
+def _elementwise(fn, x):
+    """``fn`` on the values of ``x``, keeping a channels-last wrapper's layout."""
+    if isinstance(x, _ChannelsLast):
+        return _ChannelsLast(fn(x.a))
+    if isinstance(x, _FlatChannelsLast):
+        return _FlatChannelsLast(fn(x.a), x.hwc)
+    return fn(x)
 
 
 class NativeEngine:
@@ -156,7 +164,7 @@ class NativeEngine:
         return steps
 
     def _convs(self, stack, x) -> _ChannelsLast:
-        a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(np.asarray(x).transpose(0, 2, 3, 1))
+        a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(_plain(x).transpose(0, 2, 3, 1))
         n, h, w, _ = a.shape
         for conv, (cin, cout, k, stride, pad, slope) in stack:
             t, prim = onednn_conv.conv_for(n, cin, h, w, cout, k, stride, pad, slope)
@@ -194,9 +202,7 @@ class NativeEngine:
         """Activations and Flatten (the layers with no weights)."""
         if isinstance(layer, _ACTS):
             slope = np.float32(_slope(layer))
-            a = x.a if isinstance(x, _ChannelsLast) else x
-            y = np.maximum(a, 0) if slope == 0 else np.where(a > 0, a, a * slope)
-            return _ChannelsLast(y) if isinstance(x, _ChannelsLast) else y
+            return _elementwise(lambda a: np.maximum(a, 0) if slope == 0 else np.where(a > 0, a, a * slope), x)
         if isinstance(layer, nn.Flatten) and layer.start_axis == 1 and layer.stop_axis == -1:
             if isinstance(x, _ChannelsLast):
                 return _FlatChannelsLast(x.a.reshape(len(x.a), -1), x.a.shape[1:])

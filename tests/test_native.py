@@ -28,8 +28,9 @@ def assert_close(outs, refs):
 
 
 class LeakyNet(nn.Layer):
-    """Padded convolutions with LeakyReLU, a Flatten feeding a Linear + LeakyReLU, a plain ReLU and a
-    residual: the other layer kinds the engine knows."""
+    """Padded convolutions with LeakyReLU, a Flatten feeding a Linear + LeakyReLU, a plain ReLU, a
+    residual, and an activation between a Flatten and its Linear: the other layer kinds and
+    orders the engine knows."""
 
     def __init__(self):
         super().__init__()
@@ -38,13 +39,15 @@ class LeakyNet(nn.Layer):
                                       nn.Linear(8 * 6 * 6, 16), nn.LeakyReLU(0.1))
         self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
         self.out = nn.Linear(16, 3)
+        self.flat_act = nn.Sequential(nn.Conv2D(4, 4, 3, stride=3), nn.ReLU(), nn.Flatten(), nn.LeakyReLU(0.3),
+                                      nn.Linear(4 * 4 * 4, 2))
 
     def forward(self, x):
         return self.compute(x, run_layer)
 
     def compute(self, x, run):
         h = run(self.features, x)
-        return run(self.out, h + run(self.head, h)), run(self.features, x).sum(-1)
+        return run(self.out, h + run(self.head, h)), run(self.features, x).sum(-1), run(self.flat_act, x)
 
 
 @pytest.mark.parametrize("net_cls,args", [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (LeakyNet, ())])
