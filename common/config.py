@@ -34,7 +34,7 @@ class TrainConfig:
                               "(0: os.cpu_count(); 1: neither). See docs/performance.md")
     inference: str = arg("native", "what runs the policy's forward passes during collection on CPU: native (the "
                                    "same network on oneDNN primitives + numpy, weights copied after every update, "
-                                   "no Paddle dispatch: outputs equal within ~1e-6, 1.5-1.9x faster; networks "
+                                   "no Paddle dispatch: outputs equal within ~1e-6, ~1.5x faster at batch 4; networks "
                                    "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
                                    "oneDNN, for batches of 32 or more), onednn-bf16 (the same in bfloat16 on "
                                    "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
