@@ -92,29 +92,15 @@ def test_ppo_refreshes_the_engine_on_first_use_after_the_weights_changed(monkeyp
 
 
 def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path, monkeypatch):
-    """The default (--inference onednn) and --inference dygraph give the same rollout from one seed."""
-    from common.trainer import Trainer
-    from montezuma.train import SPEC, MontezumaConfig
+    """--inference onednn and --inference dygraph give the same rollout from one seed."""
+    from rollouts import assert_same_rollout, montezuma_rollout
 
     monkeypatch.setattr(InferenceEngine, "min_batch", 8)  # the 8 envs' batches take the engine
 
     def rollout(inference):
-        cfg = MontezumaConfig(num_processes=8, num_workers=-1, num_local_steps=12, batch_size=2, num_epochs=1,
-                              num_global_steps=96, obs_norm_steps=1, eval_interval=0, video_interval=0,
-                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
-                              run_name=inference, seed=11, inference=inference)
-        tr = Trainer(SPEC, cfg)
-        tr.envs = tr._make_envs()
-        try:
-            assert (tr.ppo.engine is not None) == (inference == "onednn")
-            tr.collect(tr.envs.reset())
-            b = tr.buffer
-            return {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext", "values_int")}
-        finally:
-            tr.close()
+        def check(tr):
+            assert isinstance(tr.ppo.engine, InferenceEngine) == (inference == "onednn")
+        return montezuma_rollout(tmp_path, inference, check, num_processes=8, num_workers=-1,
+                                 num_global_steps=96, inference=inference)
 
-    fast, plain = rollout("onednn"), rollout("dygraph")
-    for k in ("obs", "actions"):
-        np.testing.assert_array_equal(fast[k], plain[k], err_msg=k)
-    for k in ("log_probs", "values_ext", "values_int"):
-        np.testing.assert_allclose(fast[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert_same_rollout(rollout("onednn"), rollout("dygraph"))

@@ -87,29 +87,16 @@ def test_networks_without_compute_or_with_unknown_layers_are_refused():
 def test_trainer_collection_native_matches_dygraph_and_repeats(tmp_path):
     """The default (--inference native) and --inference dygraph give the same rollout from one seed,
     and two native runs with that seed are identical."""
-    from common.trainer import Trainer
-    from montezuma.train import SPEC, MontezumaConfig
+    from montezuma.train import MontezumaConfig
+    from rollouts import assert_same_rollout, montezuma_rollout
 
     def rollout(inference, name):
-        cfg = MontezumaConfig(num_processes=4, num_workers=2, num_local_steps=12, batch_size=2, num_epochs=1,
-                              num_global_steps=48, obs_norm_steps=1, eval_interval=0, video_interval=0,
-                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
-                              run_name=name, seed=11, inference=inference)
-        tr = Trainer(SPEC, cfg)
-        tr.envs = tr._make_envs()
-        try:
+        def check(tr):
             assert isinstance(tr.ppo.engine, NativeEngine) == (inference == "native")
-            tr.collect(tr.envs.reset())
-            b = tr.buffer
-            return {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext", "values_int")}
-        finally:
-            tr.close()
+        return montezuma_rollout(tmp_path, name, check, inference=inference)
 
     assert MontezumaConfig().inference == "native"
     fast, again, plain = rollout("native", "a"), rollout("native", "b"), rollout("dygraph", "c")
     for k in fast:
         np.testing.assert_array_equal(fast[k], again[k], err_msg=k)
-    for k in ("obs", "actions"):
-        np.testing.assert_array_equal(fast[k], plain[k], err_msg=k)
-    for k in ("log_probs", "values_ext", "values_int"):
-        np.testing.assert_allclose(fast[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert_same_rollout(fast, plain)

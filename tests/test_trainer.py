@@ -121,32 +121,19 @@ def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
     its worker steps the other); the rollout equals the plain act-then-step loop over the whole
     batch, with the same seed."""
     from common.vec_env import SubprocVecEnv
+    from rollouts import assert_same_rollout, montezuma_rollout
 
-    def rollout(run_name):
-        cfg = MontezumaConfig(num_processes=4, num_workers=2, num_local_steps=24, batch_size=2, num_epochs=1,
-                              num_global_steps=96, obs_norm_steps=1, eval_interval=0, video_interval=0,
-                              save_interval=0, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path),
-                              run_name=run_name, seed=5)
-        tr = Trainer(MONTEZUMA, cfg)
-        tr.envs = tr._make_envs()  # as train() does
-        try:
-            assert isinstance(tr.envs, SubprocVecEnv)
-            groups = tr.envs.pipeline_groups
-            obs, episodes = tr.collect(tr.envs.reset())
-            b = tr.buffer
-            return groups, {k: getattr(b, k).copy() for k in ("obs", "actions", "log_probs", "values_ext",
-                                                              "rewards_ext", "dones")}
-        finally:
-            tr.close()
+    groups = []
 
-    groups, piped = rollout("piped")
-    assert groups == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    def record(tr):
+        assert isinstance(tr.envs, SubprocVecEnv)
+        groups.append(tr.envs.pipeline_groups)
+
+    piped = montezuma_rollout(tmp_path, "piped", record, num_local_steps=24, num_global_steps=96, seed=5)
+    assert groups == [[(0, 1), (1, 2), (2, 3), (3, 4)]]
     monkeypatch.setattr(SubprocVecEnv, "pipeline_groups", property(lambda self: [(0, self.num_envs)]))
-    _, plain = rollout("plain")
-    for k in ("obs", "actions", "rewards_ext", "dones"):
-        np.testing.assert_array_equal(piped[k], plain[k], err_msg=k)
-    for k in ("log_probs", "values_ext"):  # the policy ran on batches of 1 instead of 4
-        np.testing.assert_allclose(piped[k], plain[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    plain = montezuma_rollout(tmp_path, "plain", num_local_steps=24, num_global_steps=96, seed=5)
+    assert_same_rollout(piped, plain)  # the policy ran on batches of 1 instead of 4
 
 
 def test_intrinsic_step_on_a_side_thread_changes_nothing(tmp_path, monkeypatch):
