@@ -31,6 +31,7 @@ import paddle.nn as nn
 
 from common import onednn_conv
 from common.fast_ops import dnnl_conv_specs, fused_groups
+from common.ppo import obs_to_tensor
 
 _ACTS = (nn.ReLU, nn.LeakyReLU)
 
@@ -215,7 +216,7 @@ class NativeEngine:
         obs = np.random.default_rng(0).integers(0, 256, (3, *obs_shape), dtype=np.uint8)
         got = self(obs)
         with paddle.no_grad():
-            ref = [r.numpy() for r in self.net(paddle.to_tensor(obs).astype("float32") / 255.0)]
+            ref = [r.numpy() for r in self.net(obs_to_tensor(obs))]
         for i, (g, r) in enumerate(zip(got, ref)):
             if g.shape != r.shape or not np.allclose(g, r, rtol=1e-4, atol=1e-5 * (1 + np.abs(r).max())):
                 raise RuntimeError(f"native engine output {i} differs from the network's "

@@ -14,8 +14,9 @@ still run on their own threads; every thread gets its own stream and primitives 
 library-managed scratchpad is not shared safely between concurrent executions) and one
 OpenMP thread.
 
-Only what ``common.fast_ops.conv_stack`` needs: float32, groups 1, no dilation, symmetric
-integer padding. ``available()`` is False (and ``fast_ops`` keeps Paddle's kernels) when
+Only what ``common.fast_ops.conv_stack`` and the collection engine (``common.native``: also
+matmul and a uint8 -> float32 channels-last reorder) need: float32, groups 1, no dilation,
+symmetric integer padding. ``available()`` is False (and ``fast_ops`` keeps Paddle's kernels) when
 the library is missing, is not oneDNN 3.x, or a self-check against Paddle's convolution
 fails.
 """
@@ -119,6 +120,26 @@ def _nhwc(n, c, h, w):
     return _md([n, c, h, w], [h * w * c, 1, w * c, c])
 
 
+def _act_attr(slope):
+    """A primitive attribute fusing ReLU (slope 0) or LeakyReLU (ReLU's alpha = the negative slope)."""
+    post_ops, attr = _P(), _P()
+    _check(_lib.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
+    _check(_lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope), ctypes.c_float(0.0)),
+           "eltwise post-op")
+    _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attr")
+    _check(_lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "attr post-ops")
+    return attr
+
+
+def _cached(key, build):
+    """This thread's primitive(s) under ``key``, built by ``build(t)`` on first use; and the thread state."""
+    t = _thread()
+    prim = t["primitives"].get(key)
+    if prim is None:
+        prim = t["primitives"][key] = build(t)
+    return t, prim
+
+
 def _primitive(pd):
     p = _P()
     _check(_lib.dnnl_primitive_create(ctypes.byref(p), pd), "primitive")
@@ -175,17 +196,10 @@ class _Conv:
         dst = _nhwc(n, cout, self.ho, self.wo)
         w_any, w_user, bias = _md_any([cout, cin, k, k]), _nchw(cout, cin, k, k), _md([cout], [1])
         st, dil, pd_ = _DIMS(stride, stride), _DIMS(0, 0), _DIMS(pad, pad)
-        post_ops, attr = _P(), _P()
-        _check(_lib.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
-        # ReLU with alpha = the negative slope is LeakyReLU
-        _check(_lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope), ctypes.c_float(0.0)),
-               "eltwise post-op")
-        _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attr")
-        _check(_lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "attr post-ops")
         fwd_pd = _P()
         _check(_lib.dnnl_convolution_forward_primitive_desc_create(
             ctypes.byref(fwd_pd), t["engine"], _FORWARD_TRAINING, _CONV_DIRECT, src, w_any, bias, dst, st, dil, pd_,
-            pd_, attr), "convolution forward")
+            pd_, _act_attr(slope)), "convolution forward")
         self.w_fwd = _P(_lib.dnnl_primitive_desc_query_md(fwd_pd, _Q_WEIGHTS_MD, 0))
         self.fwd = _Bound(t, _primitive(fwd_pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, self.w_fwd), (_ARG_BIAS, bias),
                                                   (_ARG_DST, dst)])
@@ -232,14 +246,7 @@ class _Linear:
 
     def __init__(self, t, n, k, m, slope):
         src, wts, bias, dst = _md([n, k], [k, 1]), _md([k, m], [m, 1]), _md([1, m], [m, 1]), _md([n, m], [m, 1])
-        attr = None
-        if slope is not None:
-            post_ops, attr = _P(), _P()
-            _check(_lib.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
-            _check(_lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope),
-                                                     ctypes.c_float(0.0)), "eltwise post-op")
-            _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attr")
-            _check(_lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "attr post-ops")
+        attr = None if slope is None else _act_attr(slope)
         pd = _P()
         _check(_lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), t["engine"], src, wts, bias, dst, attr),
                "matmul")
@@ -252,22 +259,13 @@ class _Linear:
 
 def linear_for(n, k, m, slope) -> tuple:
     """This thread's ``_Linear`` for batch n, k -> m features, and the thread state to run it with."""
-    t = _thread()
-    key = ("linear", n, k, m, None if slope is None else float(slope))
-    lin = t["primitives"].get(key)
-    if lin is None:
-        lin = t["primitives"][key] = _Linear(t, *key[1:])
-    return t, lin
+    slope = None if slope is None else float(slope)
+    return _cached(("linear", n, k, m, slope), lambda t: _Linear(t, n, k, m, slope))
 
 
 def u8_to_channels_last_for(n, c, h, w) -> tuple:
     """This thread's reorder of uint8[n, c, h, w] into float32[n, h, w, c] (values converted, not scaled)."""
-    t = _thread()
-    key = ("u8-nhwc", n, c, h, w)
-    r = t["primitives"].get(key)
-    if r is None:
-        r = t["primitives"][key] = _Reorder(t, _nchw(n, c, h, w, _U8), _nhwc(n, c, h, w))
-    return t, r
+    return _cached(("u8-nhwc", n, c, h, w), lambda t: _Reorder(t, _nchw(n, c, h, w, _U8), _nhwc(n, c, h, w)))
 
 
 def unit_floats_channels_last(obs: np.ndarray) -> np.ndarray:
@@ -285,12 +283,8 @@ def unit_floats_channels_last(obs: np.ndarray) -> np.ndarray:
 
 def conv_for(n, cin, h, w, cout, k, stride, pad, slope) -> tuple:
     """This thread's primitives for one layer (NHWC activations), and the thread state to run them with."""
-    t = _thread()
     key = (n, cin, h, w, cout, k, stride, pad, float(slope))
-    conv = t["primitives"].get(key)
-    if conv is None:
-        conv = t["primitives"][key] = _Conv(t, *key)
-    return t, conv
+    return _cached(("conv", *key), lambda t: _Conv(t, *key))
 
 
 def _self_check() -> bool:
