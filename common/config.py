@@ -36,7 +36,8 @@ class TrainConfig:
                                    "same network on oneDNN primitives + numpy, weights copied after every update, "
                                    "no Paddle dispatch: outputs equal within ~1e-6, ~1.5x faster at batch 4; networks "
                                    "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
-                                   "oneDNN, for batches of 32 or more), onednn-bf16 (the same in bfloat16 on "
+                                   "oneDNN, for batches of 32 or more; no faster than dygraph now, kept for "
+                                   "comparison), onednn-bf16 (the same in bfloat16 on "
                                    "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
                                    "network; always on GPU). See docs/performance.md",
                          choices=("native", "onednn", "onednn-bf16", "dygraph"))
