@@ -3,7 +3,10 @@
 Observations are stored once, as uint8, for T+1 time steps: ``obs[t]`` is s_t and
 ``obs[t+1]`` is s_{t+1}, so next observations cost nothing extra. Where an episode
 ended at step t, ``obs[t+1]`` is already the first frame of the next episode; the
-true terminal frame is kept in ``terminal_obs`` for the intrinsic reward.
+true terminal frame is kept in ``terminal_obs``. Both the intrinsic reward
+(``next_obs_for_reward``) and the intrinsic module's training batches
+(``minibatches``' ``next_obs``) use the true terminal frame, so the predictor
+learns exactly the frames it is rewarded for.
 Conversion to float happens per minibatch inside the networks, never for the
 whole rollout.
 """
@@ -105,7 +108,9 @@ class RolloutBuffer:
         """Yield ``num_minibatches`` dicts over a random permutation of all T*N samples.
 
         Keys: obs, next_obs uint8[B, *obs_shape]; actions int64[B]; log_probs,
-        advantages, ret_ext, ret_int, dones float32[B].
+        advantages, ret_ext, ret_int, dones float32[B]. ``next_obs`` is s_{t+1} with the
+        true terminal frame where the episode ended at t (the frame that was scored), so
+        ``(obs, next_obs)`` is a consecutive pair only where ``dones == 0``.
         """
         T, N = self.num_steps, self.num_envs
         total = T * N
@@ -119,6 +124,10 @@ class RolloutBuffer:
             batch = {k: v[idx] for k, v in flat.items()}
             batch["obs"] = obs_flat[idx]              # s_t   at flat index t*N + i
             batch["next_obs"] = obs_flat[idx + N]     # s_t+1 at flat index (t+1)*N + i
+            for k in np.flatnonzero(batch["dones"]):  # the reset frame there: put the terminal frame back
+                frame = self.terminal_obs.get(divmod(int(idx[k]), N))
+                if frame is not None:
+                    batch["next_obs"][k] = frame
             yield batch
 
     def finish(self) -> None:

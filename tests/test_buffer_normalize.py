@@ -45,8 +45,9 @@ def test_buffer_combines_streams_and_pairs_next_obs():
     seen = 0
     for batch in buf.minibatches(2, np.random.default_rng(0)):
         assert batch["obs"].dtype == np.uint8 and len(batch["obs"]) == T * N // 2
-        # obs holds t, next_obs t+1 (the value written at step t is t+1)
-        np.testing.assert_array_equal(batch["next_obs"][:, 0, 0, 0], batch["obs"][:, 0, 0, 0] + 1)
+        # obs holds t, next_obs t+1 (the value written at step t is t+1), the terminal frame where it ended
+        expected = np.where(batch["dones"] > 0, 200, batch["obs"][:, 0, 0, 0] + 1)
+        np.testing.assert_array_equal(batch["next_obs"][:, 0, 0, 0], expected)
         np.testing.assert_array_equal(batch["actions"], batch["obs"][:, 0, 0, 0])
         seen += len(batch["actions"])
     assert seen == T * N
@@ -76,3 +77,26 @@ def test_forward_filter_runs_along_time_per_env():
     np.testing.assert_allclose(out[:, 1], [10.0, 5.0, 3.5])
     # continues across rollouts (RND keeps the accumulator)
     np.testing.assert_allclose(f.update(np.array([0.0, 0.0])), [1.125, 1.75])
+
+
+def test_minibatches_give_the_intrinsic_module_the_frames_it_scores():
+    """Where an episode ended, ``next_obs`` is the true terminal frame (scored by the reward), not the reset frame."""
+    T, N = 5, 3
+    buf = RolloutBuffer(T, N, (1, 2, 2))
+    buf.start(np.zeros((N, 1, 2, 2), np.uint8))
+    ends = {(1, 0), (3, 2), (4, 1)}  # (t, env) transitions that end an episode
+    for t in range(T):
+        done = np.array([(t, i) in ends for i in range(N)], np.float32)
+        infos = [{"final_observation": np.full((1, 2, 2), 100 + 10 * t + i, np.uint8)} if done[i] else {}
+                 for i in range(N)]
+        buf.add(np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), done,
+                np.full((N, 1, 2, 2), t + 1, np.uint8), infos)  # the reset frame after an end reads t + 1
+    scored = buf.next_obs_for_reward().reshape(T * N, 1, 2, 2)
+    buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), 0.9, 0.95, 0.99, 1.0, 1.0)
+    trained = {}
+    for batch in buf.minibatches(3, np.random.default_rng(1)):
+        for o, n in zip(batch["obs"], batch["next_obs"]):
+            trained.setdefault(int(o[0, 0, 0]), []).append(n)
+    got = sorted(int(n[0, 0, 0]) for frames in trained.values() for n in frames)
+    assert got == sorted(int(f[0, 0, 0]) for f in scored)  # the same multiset of frames
+    assert {110, 132, 141} <= set(got)  # every terminal frame is trained on

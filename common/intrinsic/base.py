@@ -16,8 +16,9 @@ Conventions
 * ``update`` receives one PPO minibatch (see ``common.buffer.RolloutBuffer``):
   ``obs`` uint8[B,C,H,W] = s_t, ``next_obs`` uint8[B,C,H,W] = s_{t+1},
   ``dones`` float32[B] = 1 where the transition ended an episode (then
-  ``next_obs`` is already the first frame of the next episode and the pair
-  (s_t, s_{t+1}) is not consecutive). It trains the module's own networks with its
+  ``next_obs`` is the episode's true terminal frame, the one ``reward`` scored, and
+  the pair (s_t, s_{t+1}) is consecutive too; SND's pair objectives still leave
+  these transitions out, as the authors' code does). It trains the module's own networks with its
   own optimizers and returns a flat ``dict[str, float]`` of losses whose keys
   become VisualDL tags under ``losses/``.
 """
