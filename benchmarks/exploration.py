@@ -1,23 +1,35 @@
-"""Exploration on a CPU budget: MiniGrid tasks x {PPO, RND, SND-V, SND-STD, SND-VIC} x seeds.
+"""Does curiosity explore where plain PPO does not? MiniGrid tasks x methods x seeds, on a CPU.
 
-    python benchmarks/exploration.py                      # the whole suite (sized for ~80 min on 2 cores)
-    python benchmarks/exploration.py --budget-scale 0.25 --seeds 1 --tasks doorkey5
-    python benchmarks/exploration.py --report-only        # rebuild the table and plot from finished runs
+    python benchmarks/exploration.py                   # suite v2: hours on 2 cores, resumable
+    python benchmarks/exploration.py --quick           # a CI-sized check of the whole pipeline (~1 min)
+    python benchmarks/exploration.py --report-only     # rebuild docs/exploration.md's tables and the PNG
+                                                       # from the committed summaries alone
 
-Every run is ``gridworld/train.py`` with the game's defaults (same PPO settings for
-every method) and a per-task frame budget, without evaluation, videos, embeddings,
-histograms or intermediate checkpoints. Runs go to ``--out`` (one folder per task,
-method and seed, skipped when already finished, so an interrupted suite resumes),
-``--jobs`` of them at a time, seed-major (all tasks and methods of seed 0 first, so
-a suite cut short still covers everything with fewer seeds).
+Every run is ``gridworld/train.py`` with the game's defaults (the same PPO settings
+for every method) and the task's frame budget, without evaluation, videos,
+embeddings, histograms or intermediate checkpoints; ``--jobs`` runs at a time, one
+CPU thread each. The suite's settings (tasks, budgets, methods, seeds, metrics) are
+the constants below; they were fixed and written into ``docs/exploration.md``
+before the suite ran.
 
-"At the budget" = the training episodes (stochastic policy) that ended in the last
-``--final-window`` share of the frames: success rate and mean return per run, then
-mean +- std over seeds. "AUC" is the success rate averaged over all training
-episodes of a run (how early it learned). The table goes between the markers of
-``docs/exploration.md`` (the rest of the file, the findings, is kept); the learning
-curves (success rate of the training episodes that ended in a trailing window of 15% of
-the budget, vs frames) to ``docs/exploration.png``.
+A finished run leaves a small summary, ``<results>/<task>_<method>_seed<k>.json``
+(curve points, the numbers of the tables, wall-clock, action shares, the command
+and the code's commit). Those files are committed: the suite skips every run whose
+summary exists, so it continues where it stopped, on any machine, and the report is
+rebuilt from them alone (the run folders under ``--out`` are scratch).
+
+Metrics, per run (training episodes, stochastic policy):
+
+* success at budget: the success rate of the episodes that ended in the last 10 %
+  of the run's frames;
+* frames to 50 %: the first update at which the success rate of the episodes that
+  ended in the trailing 10 % of the budget reached 0.5 (not reached: "-");
+* AUC: the success rate over all of the run's episodes (how early it learned).
+
+Per cell: mean +- std over seeds and every seed's value; for each method against
+PPO on the same task, the difference of the mean success at budget with a 95 %
+bootstrap interval (seeds resampled with replacement within each method, 10,000
+resamples, fixed generator).
 """
 from __future__ import annotations
 
@@ -26,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -36,132 +49,260 @@ if ROOT not in sys.path:
 
 from common.logger import read_metrics  # noqa: E402
 
-#: key -> (env id, frame budget at --budget-scale 1, what makes it hard)
+ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
+
+#: key -> (env id, frame budget, what makes it hard)
 TASKS = {
-    "multiroom2": ("MiniGrid-MultiRoom-N2-S4-v0", 40_960, "two small rooms: open one door, 40-step limit"),
-    "doorkey5": ("MiniGrid-DoorKey-5x5-v0", 61_440, "pick up the key, open the door, reach the goal; 250 steps"),
-    "doorkey6": ("MiniGrid-DoorKey-6x6-v0", 61_440, "the same in a bigger room, 360 steps"),
+    "keycorridor": ("MiniGrid-KeyCorridorS3R2-v0", 733 * ROLLOUT,
+                    "open doors to find a key in a side room, unlock the locked room, pick up the ball; 270 steps"),
+    "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 489 * ROLLOUT,
+                 "pick up the key, unlock the door, reach the goal, in an 8x8 room; 640 steps. A known trap for "
+                 "curiosity: novelty can be farmed by dropping the key and toggling the door"),
+    "doorkey5": ("MiniGrid-DoorKey-5x5-v0", 147 * ROLLOUT,
+                 "the same in 5x5, 250 steps: plain PPO learns it too (continuity with suite v1)"),
 }
-METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
-LABELS = {"none": "PPO", "rnd": "PPO+RND", "snd-v": "PPO+SND-V", "snd-std": "PPO+SND-STD", "snd-vic": "PPO+SND-VIC"}
+
+#: key -> (label, gridworld/train.py flags). Curiosity methods run with the game's defaults
+#: (first-visit gate on, SND target on a quarter of each minibatch); the last two are ablations.
+METHODS = {
+    "none": ("PPO", ["--intrinsic", "none"]),
+    "rnd": ("PPO+RND", ["--intrinsic", "rnd"]),
+    "snd-v": ("PPO+SND-V", ["--intrinsic", "snd-v"]),
+    "snd-std": ("PPO+SND-STD", ["--intrinsic", "snd-std"]),
+    "snd-vic": ("PPO+SND-VIC", ["--intrinsic", "snd-vic"]),
+    "rnd-ungated": ("RND, no first-visit gate", ["--intrinsic", "rnd", "--no-int-first-visit"]),
+    "snd-v-fulltarget": ("SND-V, target on all of each minibatch", ["--intrinsic", "snd-v",
+                                                                      "--target-proportion", "1"]),
+}
+
+#: (task, methods, seeds) in the order the suite runs them: the decisive cells first
+PLAN = (
+    ("keycorridor", ("none", "rnd"), 5),
+    ("doorkey8", ("none", "rnd"), 5),
+    ("keycorridor", ("snd-v", "snd-std", "snd-vic"), 3),
+    ("doorkey8", ("snd-v", "snd-std", "snd-vic"), 3),
+    ("keycorridor", ("rnd-ungated", "snd-v-fulltarget"), 3),
+    ("doorkey8", ("rnd-ungated",), 3),
+    ("doorkey5", ("none", "rnd", "snd-v", "snd-std", "snd-vic"), 3),
+)
+
+FINAL_WINDOW = 0.1   # "at the budget": episodes that ended in the last 10 % of the frames
+CURVE_POINTS = 40    # curve points per run in its summary
+HALF = 0.5           # the success rate of "frames to 50 %"
+BOOTSTRAP = 10_000
 START, END = "<!-- exploration-table:start -->", "<!-- exploration-table:end -->"
-ROLLOUT = 16 * 128  # gridworld default samples per update: budgets are rounded to whole updates
-#: a curve point is the success rate of the episodes that ended in the trailing CURVE_WINDOW share of the budget
-#: (narrow bins hold a handful of episodes, and the first ones to end are the lucky short successes)
-CURVE_WINDOW = 0.15
+RESULTS = os.path.join(ROOT, "docs", "results", "exploration")
 
-
-def curve_points(frames):
-    return np.linspace(CURVE_WINDOW * frames, frames, 18)
+#: --quick: the whole pipeline at CI size
+QUICK_PLAN = (("doorkey5", ("none", "rnd"), 1),)
+QUICK_UPDATES = 3
 
 
 def run_name(task, method, seed):
     return f"{task}_{method}_seed{seed}"
 
 
-def budget_of(task, scale):
-    frames = int(TASKS[task][1] * scale)
-    return max(ROLLOUT, frames // ROLLOUT * ROLLOUT)
-
-
 def command(task, method, seed, frames, out):
+    """gridworld/train.py's argv for one run (paths relative to the repository in the summary)."""
     return [sys.executable, os.path.join(ROOT, "gridworld", "train.py"),
-            "--env-id", TASKS[task][0], "--intrinsic", method, "--seed", str(seed),
+            "--env-id", TASKS[task][0], *METHODS[method][1], "--seed", str(seed),
             "--num-global-steps", str(frames), "--log-path", out, "--run-name", run_name(task, method, seed),
             "--eval-interval", "0", "--video-interval", "0", "--save-interval", "0", "--embedding-interval", "0",
-            "--histogram-interval", "0"]
+            "--histogram-interval", "0", "--num-threads", "1"]
 
 
-def finished(out, name):
-    return os.path.exists(os.path.join(out, name, "done.json"))
+def code_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
-def run_suite(jobs_list, out, jobs):
-    """Run (name, argv, frames) entries, ``jobs`` at a time; each writes done.json when it succeeded."""
+# ---------------------------------------------------------------------------------- one run's summary
+def windowed_success(steps, succ, at, window):
+    """Success rate of the episodes that ended in (at - window, at], NaN where none ended."""
+    out = []
+    for x in at:
+        sel = (steps > x - window) & (steps <= x)
+        out.append(float(succ[sel].mean()) if sel.any() else float("nan"))
+    return np.asarray(out)
+
+
+def summarize_run(run_dir, task, method, seed, frames, seconds, argv) -> dict:
+    """The small JSON a finished run leaves in the results folder (everything the report needs)."""
+    m = read_metrics(run_dir)
+    steps, succ = m.get("episode/success", (np.zeros(0), np.zeros(0)))
+    _, ret = m.get("episode/return", (np.zeros(0), np.zeros(0)))
+    window = FINAL_WINDOW * frames
+    last = steps > frames - window
+    updates = np.arange(ROLLOUT, frames + 1, ROLLOUT)
+    per_update = windowed_success(steps, succ, updates, window)
+    reached = np.flatnonzero(np.nan_to_num(per_update) >= HALF)
+    points = np.linspace(frames / CURVE_POINTS, frames, CURVE_POINTS).round().astype(int)
+    shares = {k.rsplit("/", 1)[1]: float(v[-max(1, int(FINAL_WINDOW * len(v))):].mean())
+              for k, (_, v) in m.items() if k.startswith("charts/action_share/")}
+    raw_steps, raw = m.get("intrinsic/raw_reward_mean", (np.zeros(0), np.zeros(0)))
+    raw_pick = np.unique(np.linspace(0, len(raw) - 1, min(len(raw), 20)).round().astype(int)) if len(raw) else []
+    root = ROOT + os.sep
+    return {
+        "task": task, "env_id": TASKS[task][0], "method": method, "seed": seed, "frames": int(frames),
+        "seconds": round(float(seconds), 1), "frames_per_second": round(frames / max(seconds, 1e-9), 1),
+        "episodes": int(len(steps)),
+        "success_at_budget": float(succ[last].mean()) if last.any() else 0.0,
+        "return_at_budget": float(ret[last].mean()) if last.any() else 0.0,
+        "auc": float(succ.mean()) if len(succ) else 0.0,
+        "frames_to_half": int(updates[reached[0]]) if len(reached) else None,
+        "curve": {"frames": points.tolist(),
+                  "success": [None if np.isnan(v) else round(float(v), 4)
+                              for v in windowed_success(steps, succ, points, window)]},
+        "action_share_at_budget": {k: round(v, 4) for k, v in sorted(shares.items())},
+        "intrinsic_raw_reward": {"frames": [int(raw_steps[i]) for i in raw_pick],
+                                 "value": [round(float(raw[i]), 5) for i in raw_pick]},
+        "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
+        "code_commit": code_commit(),
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def summary_path(results, task, method, seed):
+    return os.path.join(results, run_name(task, method, seed) + ".json")
+
+
+def write_json_atomic(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------- running
+def planned(plan, budgets):
+    """Every (task, method, seed, frames) of a plan, seed-major inside each group."""
+    out = []
+    for task, methods, seeds in plan:
+        for seed in range(seeds):
+            for method in methods:
+                out.append((task, method, seed, budgets[task]))
+    return out
+
+
+def run_suite(todo, out, results, jobs):
+    """Run (task, method, seed, frames) entries, ``jobs`` at a time; each success writes its summary."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    pending, running = list(jobs_list), []
+    pending, running, failed = list(todo), [], []
     t_start = time.time()
     while pending or running:
         while pending and len(running) < jobs:
-            name, argv, frames = pending.pop(0)
-            os.makedirs(os.path.join(out, name), exist_ok=True)
+            task, method, seed, frames = pending.pop(0)
+            name = run_name(task, method, seed)
+            argv = command(task, method, seed, frames, out)
+            os.makedirs(out, exist_ok=True)
+            if os.path.isdir(os.path.join(out, name)):  # a run cut short: start it again from scratch
+                import shutil
+
+                shutil.rmtree(os.path.join(out, name))
             log = open(os.path.join(out, name + ".log"), "w")
-            running.append((name, frames, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                           cwd=ROOT), log, time.time()))
-            print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames} frames)", flush=True)
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            running.append(((task, method, seed, frames), argv, proc, log, time.time()))
+            print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)", flush=True)
         time.sleep(2)
         for item in list(running):
-            name, frames, proc, log, t0 = item
+            (task, method, seed, frames), argv, proc, log, t0 = item
             if proc.poll() is None:
                 continue
             running.remove(item)
             log.close()
             secs = time.time() - t0
+            name = run_name(task, method, seed)
             if proc.returncode == 0:
-                with open(os.path.join(out, name, "done.json"), "w") as f:
-                    json.dump({"frames": frames, "seconds": secs}, f)
-            print(f"[{time.strftime('%H:%M:%S')}] {'done' if proc.returncode == 0 else 'FAILED'} {name} "
-                  f"rc={proc.returncode} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} frames/s); "
-                  f"{len(pending)} pending, {time.time() - t_start:.0f}s elapsed", flush=True)
+                summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv)
+                write_json_atomic(summary_path(results, task, method, seed), summary)
+                note = f"success at budget {summary['success_at_budget']:.2f}"
+            else:
+                failed.append(name)
+                note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
+            print(f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
+                  f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed", flush=True)
+    return failed
 
 
 # ---------------------------------------------------------------------------------- report
-def episodes(run_dir):
-    """(steps, success, return) arrays of the run's finished training episodes."""
-    m = read_metrics(run_dir)
-    if "episode/success" not in m:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    steps, succ = m["episode/success"]
-    _, ret = m["episode/return"]
-    return steps, succ, ret
+def load_summaries(results) -> dict:
+    """{(task, method): [summary, ...]} sorted by seed, from every JSON in ``results``."""
+    out = {}
+    if not os.path.isdir(results):
+        return out
+    for name in sorted(os.listdir(results)):
+        if name.endswith(".json") and not name.startswith("."):
+            with open(os.path.join(results, name), encoding="utf-8") as f:
+                s = json.load(f)
+            out.setdefault((s["task"], s["method"]), []).append(s)
+    for runs in out.values():
+        runs.sort(key=lambda s: s["seed"])
+    return out
 
 
-def summarize(out, tasks, methods, seeds, scale, window):
-    """{task: {method: {"n": seeds done, "success": (mean, std), "return": ..., "auc": ...}}} and curves."""
-    table, curves = {}, {}
-    for task in tasks:
-        frames = budget_of(task, scale)
-        for method in methods:
-            rows, curve = [], []
-            for seed in seeds:
-                rd = os.path.join(out, run_name(task, method, seed))
-                if not finished(out, run_name(task, method, seed)):
-                    continue
-                steps, succ, ret = episodes(rd)
-                last = steps >= (1.0 - window) * frames
-                if not last.any() and len(steps):
-                    last = steps == steps.max()
-                rows.append((succ[last].mean() if last.any() else 0.0, ret[last].mean() if last.any() else 0.0,
-                             succ.mean() if len(succ) else 0.0))
-                curve.append([succ[(steps > x - CURVE_WINDOW * frames) & (steps <= x)].mean()
-                              if ((steps > x - CURVE_WINDOW * frames) & (steps <= x)).any() else np.nan
-                              for x in curve_points(frames)])
-            if rows:
-                a = np.asarray(rows)
-                table.setdefault(task, {})[method] = {
-                    "n": len(rows), "success": (a[:, 0].mean(), a[:, 0].std()),
-                    "return": (a[:, 1].mean(), a[:, 1].std()), "auc": (a[:, 2].mean(), a[:, 2].std())}
-                curves.setdefault(task, {})[method] = (curve_points(frames), np.asarray(curve))
-    return table, curves
+def bootstrap_diff(a, b, n=BOOTSTRAP, seed=0):
+    """95 % bootstrap interval of mean(a) - mean(b), seeds resampled within each group."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    da = a[rng.integers(0, len(a), size=(n, len(a)))].mean(1)
+    db = b[rng.integers(0, len(b), size=(n, len(b)))].mean(1)
+    lo, hi = np.percentile(da - db, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
-def markdown(table, tasks, methods, seeds, scale, window):
+def _fmt_frames(x):
+    return "-" if x is None else f"{x / 1000:.0f}k"
+
+
+def markdown(summaries, plan) -> str:
+    tasks = list(dict.fromkeys(t for t, _, _ in plan))
     lines = [START, "",
-             f"Budget scale {scale:g}; seeds {', '.join(map(str, seeds))}; success and return of the training "
-             f"episodes that ended in the last {window:.0%} of each run's frames, mean ± std over the seeds that "
-             "finished (n); AUC = success rate over all training episodes of the run.", ""]
+             "Generated by `python benchmarks/exploration.py --report-only` from "
+             "`docs/results/exploration/*.json`. Success = success rate of the training episodes that ended in the "
+             "last 10 % of a run's frames; per-seed values in seed order; Δ vs PPO = difference of the mean success "
+             "with its 95 % bootstrap interval; frames to 50 % per seed (- = not reached); wall = minutes per run "
+             "(2 runs at a time on 2 cores, one thread each).", ""]
     for task in tasks:
-        env_id, _, hard = TASKS[task]
-        lines += [f"**{env_id}** ({budget_of(task, scale):,} frames; {hard})", "",
-                  "| method | n | success at budget | return at budget | success AUC |", "|---|---|---|---|---|"]
+        env_id, frames, hard = TASKS[task]
+        methods = list(dict.fromkeys(m for t, ms, _ in plan if t == task for m in ms))
+        lines += [f"**{env_id}**, {frames:,} frames: {hard}.", "",
+                  "| method | n | success at budget | per seed | Δ vs PPO [95% CI] | frames to 50 % | AUC | wall (min) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        base = [s["success_at_budget"] for s in summaries.get((task, "none"), [])]
         for method in methods:
-            r = table.get(task, {}).get(method)
-            if r is None:
-                lines.append(f"| {LABELS[method]} | 0 | not run | | |")
+            runs = summaries.get((task, method), [])
+            label = METHODS[method][0]
+            if not runs:
+                lines.append(f"| {label} | 0 | not run yet | | | | | |")
                 continue
-            lines.append(f"| {LABELS[method]} | {r['n']} | {r['success'][0]:.2f} ± {r['success'][1]:.2f} | "
-                         f"{r['return'][0]:.3f} ± {r['return'][1]:.3f} | {r['auc'][0]:.3f} ± {r['auc'][1]:.3f} |")
+            succ = np.array([s["success_at_budget"] for s in runs])
+            auc = np.array([s["auc"] for s in runs])
+            wall = np.mean([s["seconds"] for s in runs]) / 60
+            if method == "none" or not base:
+                delta = ""
+            else:
+                lo, hi = bootstrap_diff(succ, base)
+                delta = f"{succ.mean() - np.mean(base):+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            lines.append(f"| {label} | {len(runs)} | {succ.mean():.2f} ± {succ.std():.2f} | "
+                         f"{', '.join(f'{v:.2f}' for v in succ)} | {delta} | "
+                         f"{', '.join(_fmt_frames(s['frames_to_half']) for s in runs)} | "
+                         f"{auc.mean():.3f} ± {auc.std():.3f} | {wall:.1f} |")
         lines.append("")
+        shares = [(m, summaries[(task, m)]) for m in methods if (task, m) in summaries]
+        names = sorted({k for _, runs in shares for s in runs for k in s["action_share_at_budget"]},
+                       key=("left", "right", "forward", "pickup", "drop", "toggle", "done").index)
+        if names:
+            lines += ["Action shares in the last 10 % of the frames (mean over seeds):", "",
+                      "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+            for m, runs in shares:
+                vals = [np.mean([s["action_share_at_budget"].get(k, 0.0) for s in runs]) for k in names]
+                lines.append(f"| {METHODS[m][0]} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+            lines.append("")
     lines.append(END)
     return "\n".join(lines)
 
@@ -177,76 +318,73 @@ def write_doc(path, block):
         f.write(text)
 
 
-def plot(curves, tasks, methods, path):
+def plot(summaries, plan, path):
+    """Success-rate curves (mean over seeds, band = min..max over seeds), one panel per task."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = [t for t in tasks if t in curves]
+    tasks = [t for t in dict.fromkeys(t for t, _, _ in plan) if any(k[0] == t for k in summaries)]
     if not tasks:
         return
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for method in methods:
-            if method not in curves[task]:
+        for method in dict.fromkeys(m for t, ms, _ in plan if t == task for m in ms):
+            runs = summaries.get((task, method))
+            if not runs:
                 continue
-            x, c = curves[task][method]
-            with np.errstate(all="ignore"):
-                import warnings
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    mean, std = np.nanmean(c, axis=0), np.nanstd(c, axis=0)
-            ax.plot(x, mean, label=f"{LABELS[method]} (n={len(c)})")
-            ax.fill_between(x, mean - std, mean + std, alpha=0.15)
-        ax.set_title(TASKS[task][0].removeprefix("MiniGrid-"), fontsize=10)
+            x = np.asarray(runs[0]["curve"]["frames"], float)
+            c = np.array([[np.nan if v is None else v for v in s["curve"]["success"]] for s in runs], float)
+            c = np.where(np.isnan(c), 0.0, c)  # no episode ended in the window: nothing succeeded there
+            style = "--" if method in ("rnd-ungated", "snd-v-fulltarget") else "-"
+            line, = ax.plot(x, c.mean(0), style, label=f"{METHODS[method][0]} (n={len(runs)})")
+            ax.fill_between(x, c.min(0), c.max(0), color=line.get_color(), alpha=0.12)
+        ax.set_title(TASKS[task][0].removeprefix("MiniGrid-").removesuffix("-v0"), fontsize=10)
         ax.set_xlabel("frames")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("training success rate")
-    axes[0][-1].legend(fontsize=7, loc="upper left")
+    axes[0][0].set_ylabel("training success rate (trailing 10 %)")
+    axes[0][-1].legend(fontsize=6.5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated intrinsic modules")
-    p.add_argument("--seeds", type=int, default=3, help="number of seeds (0..N-1)")
-    p.add_argument("--budget-scale", type=float, default=1.0, help="multiply every task's frame budget")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help=f"CI-sized: {QUICK_UPDATES} updates of PPO and RND on DoorKey-5x5, 1 seed, results and "
+                        "report in a scratch folder (the committed results are not touched)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one CPU thread each)")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "exploration"), help="folder of the runs")
-    p.add_argument("--docs", default=os.path.join(ROOT, "docs"), help="where exploration.md/.png go")
-    p.add_argument("--final-window", type=float, default=0.1, help="share of the budget that counts as 'at the budget'")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the table and plot")
+    p.add_argument("--out", default=None, help="scratch folder of the run folders (default: runs/exploration)")
+    p.add_argument("--results", default=None, help="folder of the per-run summaries (default: "
+                                                   "docs/results/exploration; --quick: <out>/results)")
+    p.add_argument("--docs", default=None, help="where exploration.md/.png go (default: docs; --quick: <out>)")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot from the "
+                                                              "summaries")
     args = p.parse_args(argv)
-    tasks = [t for t in args.tasks.split(",") if t]
-    methods = [m for m in args.methods.split(",") if m]
-    for t in tasks:
-        if t not in TASKS:
-            p.error(f"unknown task {t!r}; choose from {', '.join(TASKS)}")
-    for m in methods:
-        if m not in METHODS:
-            p.error(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
-    if args.seeds < 1 or args.budget_scale <= 0 or args.jobs < 1 or not 0 < args.final_window <= 1:
-        p.error("--seeds and --jobs must be >= 1, --budget-scale > 0, --final-window in (0, 1]")
-    seeds = list(range(args.seeds))
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs} is invalid: expected a positive integer")
+    plan = QUICK_PLAN if args.quick else PLAN
+    out = args.out or os.path.join(ROOT, "runs", "exploration-quick" if args.quick else "exploration")
+    results = args.results or (os.path.join(out, "results") if args.quick else RESULTS)
+    docs = args.docs or (out if args.quick else os.path.join(ROOT, "docs"))
+    budgets = {t: (QUICK_UPDATES * ROLLOUT if args.quick else TASKS[t][1]) for t in TASKS}
     if not args.report_only:
-        todo = [(run_name(t, m, s), command(t, m, s, budget_of(t, args.budget_scale), args.out),
-                 budget_of(t, args.budget_scale))
-                for s in seeds for t in tasks for m in methods if not finished(args.out, run_name(t, m, s))]
-        total = sum(f for _, _, f in todo)
-        print(f"{len(todo)} runs to do, {total:,} frames in all; runs in {args.out}", flush=True)
-        run_suite(todo, args.out, args.jobs)
-    table, curves = summarize(args.out, tasks, methods, seeds, args.budget_scale, args.final_window)
-    write_doc(os.path.join(args.docs, "exploration.md"),
-              markdown(table, tasks, methods, seeds, args.budget_scale, args.final_window))
-    plot(curves, tasks, methods, os.path.join(args.docs, "exploration.png"))
-    print(markdown(table, tasks, methods, seeds, args.budget_scale, args.final_window))
-    return table
+        todo = [r for r in planned(plan, budgets) if not os.path.exists(summary_path(results, *r[:3]))]
+        print(f"{len(todo)} runs to do, {sum(r[3] for r in todo):,} frames in all; summaries in {results}",
+              flush=True)
+        failed = run_suite(todo, out, results, args.jobs)
+        if failed:
+            print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
+    summaries = load_summaries(results)
+    block = markdown(summaries, plan)
+    write_doc(os.path.join(docs, "exploration.md"), block)
+    plot(summaries, plan, os.path.join(docs, "exploration.png"))
+    print(block)
+    return summaries
 
 
 if __name__ == "__main__":

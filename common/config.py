@@ -87,9 +87,14 @@ class TrainConfig:
     int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
     update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
     snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
+    target_proportion: float = arg(1.0, "share of each minibatch the SND target is trained on (1: all of it, as "
+                                        "the SND authors' code); RND's target is frozen and ignores it")
     intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic predictor (0: same as --lr)")
     target_lr: float = arg(0.0, "learning rate of the SND target network (0: same as the predictor's); "
                                 "RND's target is frozen and ignores it")
+    int_first_visit: bool = arg(False, "pay the intrinsic reward only for the first visit of an observation within "
+                                       "an episode (BeBold/NovelD's episodic restriction): stops a curious agent from "
+                                       "farming novelty by cycling between a few observations. See docs/exploration.md")
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")
 
@@ -131,6 +136,7 @@ class TrainConfig:
         for name in ("gamma", "tau", "int_gamma"):
             need(0.0 <= getattr(self, name) <= 1.0, name.replace("_", "-"), getattr(self, name), "a value in [0, 1]")
         need(0.0 < self.update_proportion <= 1.0, "update-proportion", self.update_proportion, "a value in (0, 1]")
+        need(0.0 < self.target_proportion <= 1.0, "target-proportion", self.target_proportion, "a value in (0, 1]")
         need(self.epsilon > 0, "epsilon", self.epsilon, "a positive clip range")
         need(self.max_grad_norm > 0, "max-grad-norm", self.max_grad_norm, "a positive norm")
         need(self.beta >= 0 and self.int_coef >= 0 and self.ext_coef >= 0, "beta/--int-coef/--ext-coef",

@@ -40,3 +40,7 @@ class GameSpec:
     #: how many distinct ones the whole run has seen as charts/<visited_name>_visited_total
     visited: Callable | None = None
     visited_name: str = "places"
+    #: the largest raw observation value, one number or one per channel (255 for pixels); sizes SND-V's noise
+    obs_value_max: object = 255.0
+    #: cfg -> the name of each action (charts/action_share/<name>); None: action indices
+    action_names: Callable | None = None

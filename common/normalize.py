@@ -80,3 +80,59 @@ class RewardForwardFilter:
             raise ValueError(
                 f"RewardForwardFilter has {rewems.shape[0]} envs in the checkpoint, this run has {self.rewems.shape[0]}")
         self.gamma, self.rewems = float(state["gamma"]), rewems
+
+
+class FirstVisitGate:
+    """Episodic restriction of the intrinsic reward: 1 for the first visit of an observation
+    within an episode, 0 for a revisit (BeBold, Zhang et al. 2020, arXiv 2012.08621, "ERIR";
+    kept in NovelD, Zhang et al. 2021).
+
+    A curious agent can farm a non-episodic novelty bonus by cycling between a few
+    observations whose novelty decays slowly (MiniGrid: picking up and dropping the key,
+    opening and closing a door, standing still). With the gate a cycle pays only once per
+    episode. Observations are identified by their exact bytes (a hash of the uint8 frame
+    stack), so the gate needs nothing from the game; on Atari-like screens, which rarely
+    repeat exactly, it is almost always 1. One set of seen hashes per env, kept across
+    rollouts (episodes span rollouts) and cleared when the env's episode ends; the first
+    frame of every episode counts as visited.
+    """
+
+    def __init__(self, num_envs: int):
+        self.seen: list[set] | None = None
+        self.num_envs = int(num_envs)
+
+    @staticmethod
+    def _key(frame: np.ndarray) -> int:
+        return hash(frame.tobytes())
+
+    def gate_rollout(self, first_obs: np.ndarray, next_obs: np.ndarray, reset_obs: np.ndarray,
+                     dones: np.ndarray) -> np.ndarray:
+        """Gate values float32[T, N] for one rollout.
+
+        Args:
+            first_obs: uint8[N, ...], each env's observation before step 0 (only read on the
+                first call, or after a ``reset``: later rollouts continue the episodes).
+            next_obs: uint8[T, N, ...], s_{t+1} with the true terminal frame where an episode ended.
+            reset_obs: uint8[T, N, ...], the observation after step t as the env returned it
+                (the next episode's first frame where ``dones[t, i]``).
+            dones: float or bool [T, N].
+        """
+        T, N = dones.shape
+        if N != self.num_envs:
+            raise ValueError(f"FirstVisitGate was built for {self.num_envs} envs, got a rollout of {N}")
+        if self.seen is None:
+            self.seen = [{self._key(first_obs[i])} for i in range(N)]
+        gate = np.zeros((T, N), dtype=np.float32)
+        for t in range(T):
+            for i in range(N):
+                key = self._key(next_obs[t, i])
+                if key not in self.seen[i]:
+                    gate[t, i] = 1.0
+                    self.seen[i].add(key)
+                if dones[t, i]:
+                    self.seen[i] = {self._key(reset_obs[t, i])}
+        return gate
+
+    def reset(self) -> None:
+        """Forget every episode (the envs were reset, e.g. on resume)."""
+        self.seen = None

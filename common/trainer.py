@@ -41,7 +41,7 @@ from common.inference import InferenceEngine  # noqa: E402
 from common.native import NativeEngine  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
-from common.normalize import RewardForwardFilter, RunningMeanStd  # noqa: E402
+from common.normalize import FirstVisitGate, RewardForwardFilter, RunningMeanStd  # noqa: E402
 from common.play import frame_strip, greedy_episode  # noqa: E402
 from common.ppo import PPO  # noqa: E402
 from common.vec_env import make_vec_env  # noqa: E402
@@ -74,12 +74,15 @@ class Trainer:
             cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
             lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
             max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
-            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr)
+            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr, target_proportion=cfg.target_proportion,
+            value_max=spec.obs_value_max)
         if cfg.device == "cpu" and cfg.inference != "dygraph":
             self._use_collection_engine()
         self.intrinsic = self._new_intrinsic()
         self.int_filter = RewardForwardFilter(cfg.int_gamma, cfg.num_envs)
         self.int_rms = RunningMeanStd(())
+        # Envs start fresh episodes on resume, so the gate's per-episode memory is not checkpointed.
+        self.first_visit = FirstVisitGate(cfg.num_envs) if cfg.int_first_visit and cfg.intrinsic != "none" else None
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
 
         self.update = 0          # completed updates
@@ -283,9 +286,13 @@ class Trainer:
         T, N = buf.num_steps, buf.num_envs
         nxt = buf.next_obs_for_reward()
         raw = self.intrinsic.reward(nxt.reshape(T * N, *self.obs_shape)).reshape(T, N)
+        paid = raw
+        if self.first_visit is not None:  # revisits within an episode earn nothing
+            self.gate_share = self.first_visit.gate_rollout(buf.obs[0], nxt, buf.obs[1:], buf.dones)
+            paid = raw * self.gate_share
         # Scale by the std of the discounted intrinsic return, computed along time per env (RND).
-        self.int_rms.update(self.int_filter.filter_rollout(raw).ravel())
-        buf.rewards_int[:] = raw / math.sqrt(self.int_rms.var + 1e-8)
+        self.int_rms.update(self.int_filter.filter_rollout(paid).ravel())
+        buf.rewards_int[:] = paid / math.sqrt(self.int_rms.var + 1e-8)
         self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
         return raw
 
@@ -380,6 +387,12 @@ class Trainer:
                 lg.scalar(tags.FORWARD_LOSS, losses["forward"], self.update)
             lg.scalars("losses", losses, step)
         lg.scalar(tags.INT_REWARD_RAW, raw_int.mean(), step)
+        if self.first_visit is not None:
+            lg.scalar(tags.FIRST_VISIT_SHARE, self.gate_share.mean(), step)
+        shares = np.bincount(buf.actions.ravel(), minlength=self.num_actions) / buf.actions.size
+        names = self.spec.action_names(cfg) if self.spec.action_names is not None else None
+        for a, share in enumerate(shares):  # what the policy does (e.g. novelty farming by pickup/drop)
+            lg.scalar(f"{tags.ACTION_SHARE}/{names[a] if names else a}", share, step)
         lg.scalar(tags.INT_REWARD_MEAN, buf.rewards_int.mean(), step)
         lg.scalar(tags.INT_REWARD_MAX, buf.rewards_int.max(), step)
         lg.scalar(tags.INT_RETURN_STD, math.sqrt(self.int_rms.var), step)

@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: ma
 
 from common.config import TrainConfig, arg  # noqa: E402
 from common.game import GameSpec  # noqa: E402
-from gridworld.env import ACTION_NAMES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
+from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
 
 
 @dataclass
@@ -34,7 +34,11 @@ class GridConfig(TrainConfig):
     predictor trained on a quarter of each minibatch (RND's update_proportion), and
     SND-STD's InfoNCE on at most 128 pairs per step (``--snd-max-pairs``; 512 made
     its update 15x slower than PPO's on 2 CPU cores). The intrinsic module sees all
-    3 symbolic channels.
+    3 symbolic channels. Two choices for grids (docs/exploration.md): the intrinsic
+    reward is paid only for the first visit of a view within an episode
+    (``--int-first-visit``: without it RND farmed novelty by picking up and dropping
+    the key), and the SND target trains on a quarter of each minibatch, like the
+    predictor (``--target-proportion``: SND's cost per frame close to RND's).
     Envs run in the trainer process (``--num-workers -1``): a MiniGrid step costs
     ~0.1 ms, less than sending it to a worker.
     """
@@ -57,6 +61,9 @@ class GridConfig(TrainConfig):
     int_coef: float = arg(1.0, "weight of the intrinsic advantage")
     update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
     norm_adv: bool = arg(True, "standardize the combined advantage per minibatch (RND paper, CleanRL)")
+    int_first_visit: bool = arg(True, "pay the intrinsic reward only for the first visit of a view within an "
+                                      "episode (BeBold/NovelD's episodic restriction; see docs/exploration.md)")
+    target_proportion: float = arg(0.25, "share of each minibatch the SND target is trained on (the SND authors: 1)")
     snd_max_pairs: int = arg(128, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
     intrinsic_frames: int = arg(3, "how many observation channels the intrinsic module sees (3: all symbolic "
                                    "channels: object, colour, state)")
@@ -122,6 +129,8 @@ SPEC = GameSpec(
     eval_success=lambda info: bool(info.get("success", False)),
     embedding_metadata=lambda info: [str(info.get("agent_pos", "?")), info.get("carrying", "") or "-"],
     embedding_header=["agent_pos", "carrying"],
+    action_names=lambda cfg: list(ACTION_NAMES),
+    obs_value_max=tuple(float(n - 1) for n in CHANNEL_SIZES),  # category codes, not intensities
 )
 
 

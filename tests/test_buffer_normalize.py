@@ -100,3 +100,25 @@ def test_minibatches_give_the_intrinsic_module_the_frames_it_scores():
     got = sorted(int(n[0, 0, 0]) for frames in trained.values() for n in frames)
     assert got == sorted(int(f[0, 0, 0]) for f in scored)  # the same multiset of frames
     assert {110, 132, 141} <= set(got)  # every terminal frame is trained on
+
+
+def test_first_visit_gate_pays_each_observation_once_per_episode():
+    from common.normalize import FirstVisitGate
+
+    def frames(*codes):  # one env, frames are a single byte each
+        return np.array(codes, np.uint8).reshape(len(codes), 1, 1)
+
+    gate = FirstVisitGate(1)
+    first = frames(0)
+    # episode: 0 -> 1 -> 2 -> 1 -> 2 -> 0 (ends, terminal frame 0) ; next episode starts at 5 -> 5 -> 1
+    nxt = frames(1, 2, 1, 2, 0, 5, 1)
+    after = frames(1, 2, 1, 2, 5, 5, 1)  # what the env returned: the reset frame 5 after the end at t=4
+    dones = np.array([0, 0, 0, 0, 1, 0, 0], np.float32)[:, None]
+    g = gate.gate_rollout(first, nxt[:, None], after[:, None], dones)[:, 0]
+    #   1: new; 2: new; 1, 2: revisits; 0: the episode's first frame (seen); 5: the new episode's first frame; 1: new
+    np.testing.assert_array_equal(g, [1, 1, 0, 0, 0, 0, 1])
+    # the episode continues into the next rollout: 1 was seen, 7 is new
+    g2 = gate.gate_rollout(None, frames(1, 7)[:, None], frames(1, 7)[:, None], np.zeros((2, 1)))[:, 0]
+    np.testing.assert_array_equal(g2, [0, 1])
+    with pytest.raises(ValueError, match="2 envs"):
+        FirstVisitGate(2).gate_rollout(first, nxt[:, None], after[:, None], dones)

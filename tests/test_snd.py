@@ -4,7 +4,7 @@ import paddle
 import pytest
 
 from common.intrinsic import INTRINSIC_NAMES, make_intrinsic
-from common.intrinsic.augment import snd_v_augment
+from common.intrinsic.augment import snd_v_sizes
 from common.intrinsic.networks import ConvFeatureNet
 from common.intrinsic.snd import (SND_VARIANTS, SNDSTD, SNDV, SNDVIC, STDIM_BETA1, STDIM_BETA2,
                                   contrastive_pairs, infonce_loss, snd_v_terms, stdim_scores,
@@ -220,9 +220,10 @@ def test_snd_v_loss_falls_on_fixed_states():
     # and the target now tells states apart: two augmentations of one state are
     # closer than augmentations of two different states (on average)
     rng = np.random.default_rng(1)
-    x = mod.normalize(obs)
+    x = mod.raw(obs)
     with paddle.no_grad():
-        za, zb = mod.target(snd_v_augment(x, rng)).numpy(), mod.target(snd_v_augment(x, rng)).numpy()
+        za = mod.target(mod.standardize(mod.augment(x, rng))).numpy()
+        zb = mod.target(mod.standardize(mod.augment(x, rng))).numpy()
     d = ((za[:, None] - zb[None]) ** 2).mean(-1)
     same, different = np.diag(d).mean(), d[~np.eye(len(d), dtype=bool)].mean()
     assert same < 0.7 * different, (same, different)
@@ -267,3 +268,37 @@ def test_make_intrinsic_rejects_unknown_names():
                        max_grad_norm=0.5, seed=0)
     for name in INTRINSIC_NAMES:
         assert name in str(err.value)
+
+
+@pytest.mark.parametrize("name", sorted(SND_VARIANTS))
+def test_target_trains_on_its_share_of_the_minibatch(name):
+    paddle.seed(0)
+    target, predictor = make_networks(1)
+    mod = make_intrinsic(name, lambda c: (target, predictor), OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25,
+                         max_grad_norm=0.5, seed=0, target_proportion=0.25)
+    mod.observe(frames(32, seed=99))
+    seen = []
+    forward = mod.target.forward_with_map
+    mod.target.forward_with_map = lambda x: (seen.append(x.shape[0]), forward(x))[1]
+    mod.update(batch(16))
+    # the target step: 4 of 16 samples, SND-V pairs them (2 x 4 states), STD/VIC take (s_t, s_t+1) of each;
+    # then the predictor's step reads the target on its own 4
+    assert seen == [8, 4], seen
+
+
+def test_snd_v_augmentations_are_sized_to_the_observation():
+    assert snd_v_sizes(84) == {"tile_sizes": (1, 2, 4, 8, 12, 16), "kernel": 5}  # the authors' Atari sizes
+    assert snd_v_sizes(7) == {"tile_sizes": (1,), "kernel": 0}  # MiniGrid's view: 1-cell tiles, no random conv
+    assert snd_v_sizes(42)["kernel"] == 3
+    # noise on the raw scale: 0.2 of each channel's range (MiniGrid codes 0-10, 0-5, 0-2), never on z-scores
+    paddle.seed(0)
+    target, predictor = ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)), ConvFeatureNet(3, 8, input_hw=7,
+                                                                                                 specs=((8, 2, 1),))
+    mod = SNDV(target, predictor, target_lr=1e-3, obs_shape=(3, 7, 7), input_channels=3, lr=1e-3,
+               update_proportion=0.25, max_grad_norm=0.5, value_max=(10.0, 5.0, 2.0))
+    x = paddle.full([64, 3, 7, 7], 30.0)
+    y = mod.augment(x, np.random.default_rng(0)).numpy()
+    for c, bound in enumerate((2.0, 1.0, 0.4)):
+        dev = y[:, c] - np.where(np.abs(y[:, c]) <= bound + 1e-6, 0.0, 30.0)  # a 1-cell tile zeroed, or kept
+        assert np.abs(dev).max() <= bound + 1e-6 and np.abs(dev).max() > 0.8 * bound
+    assert (np.abs(y) <= 2.0 + 1e-6).any()  # some cells were masked

@@ -12,13 +12,17 @@ INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
 
 def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, lr: float,
                    update_proportion: float, max_grad_norm: float, seed: int,
-                   target_lr: float | None = None, max_pairs: int = 512) -> IntrinsicModule:
+                   target_lr: float | None = None, max_pairs: int = 512, target_proportion: float = 1.0,
+                   value_max=255.0) -> IntrinsicModule:
     """Build the intrinsic module ``name``.
 
     ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
     (``mario/rnd_model.py``, ``montezuma/rnd_model.py``). ``target_lr`` is the
     learning rate of the SND target (ignored by RND, whose target is frozen);
-    ``max_pairs`` caps SND-STD's consecutive pairs per target step (ignored by the others).
+    ``max_pairs`` caps SND-STD's consecutive pairs per target step (ignored by the others);
+    ``target_proportion`` is the share of each minibatch the SND target trains on;
+    ``value_max`` is the largest raw observation value (one per channel or one number),
+    which sizes SND-V's noise.
     """
     if name not in INTRINSIC_NAMES:
         raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
@@ -33,4 +37,7 @@ def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, 
     from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
     if name == "snd-std":
         common["max_pairs"] = max_pairs
-    return SND_VARIANTS[name](target, predictor, target_lr=lr if target_lr is None else target_lr, **common)
+    if name == "snd-v":
+        common["value_max"] = value_max
+    return SND_VARIANTS[name](target, predictor, target_lr=lr if target_lr is None else target_lr,
+                              target_proportion=target_proportion, **common)

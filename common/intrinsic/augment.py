@@ -12,13 +12,23 @@ Each augmentation is applied to a sample independently with probability ``p``;
 ``snd_v_augment`` is SND-V's default pipeline.
 
 Sources: the tile mask (tile sizes 1, 2, 4, 8, 12, 16 px, each tile zeroed with
-p=0.1) and the uniform noise (0.2 * U(-1, 1)), both with p=0.5, are in the
-authors' code (Iskandor/SND, ``SNDVEncoderAtari.augment``); the SND paper and the
-article (``seeds/snd_article.ja.txt``) add a random convolution filter, applied
-first: "random conv -> random tile mask -> uniform noise".
+p=0.1) and the uniform noise (0.2 * U(-1, 1) on pixels in [0, 1]), both with p=0.5,
+are in the SND authors' code (Iskandor/SND, ``SNDVEncoderAtari.augment``, on the raw
+input before the target sees it); the SND paper and the Japanese SND article add a
+random convolution filter, applied first: "random conv -> random tile mask -> uniform
+noise". ``snd_v_augment`` is that pipeline for 84x84 pixels.
+
+Those sizes are for 84x84 Atari frames. ``snd_v_augment_for(hw, value_max)`` sizes the
+same pipeline to another observation: tile sizes and the random-conv kernel scale with
+the input's side relative to 84 (a 7x7 MiniGrid view keeps only 1-cell tiles, and a
+kernel under 3 would not be a spatial filter, so there is no random conv), and the
+noise is 0.2 of the value range, on the raw input scale (``value_max``: 255 for pixels,
+the largest category code per channel for MiniGrid), as the authors add it to pixels
+before normalization.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -70,12 +80,17 @@ def random_tile_mask(x, rng: np.random.Generator, p: float = 0.5, tile_sizes=TIL
     return x * paddle.to_tensor(mask)
 
 
-def uniform_noise(x, rng: np.random.Generator, p: float = 0.5, scale: float = 0.2) -> paddle.Tensor:
-    """Add ``scale * U(-1, 1)`` i.i.d. per pixel to each chosen sample (prob ``p``)."""
+def uniform_noise(x, rng: np.random.Generator, p: float = 0.5, scale=0.2) -> paddle.Tensor:
+    """Add ``scale * U(-1, 1)`` i.i.d. per pixel to each chosen sample (prob ``p``).
+
+    ``scale``: a number, or one number per channel (float[C])."""
     x = _as_tensor(x)
     chosen = _chosen(x.shape[0], p, rng)
     if not chosen.any():
         return x
+    scale = np.asarray(scale, dtype=np.float32)
+    if scale.ndim == 1:  # per channel
+        scale = scale[:, None, None]
     noise = np.zeros(x.shape, dtype=np.float32)
     noise[chosen] = scale * rng.uniform(-1.0, 1.0, size=(int(chosen.sum()),) + tuple(x.shape[1:]))
     return x + paddle.to_tensor(noise)
@@ -119,3 +134,26 @@ def compose(*fns):
 
 #: SND-V's default: random conv, tile mask, uniform noise, each with p=0.5 (see module doc).
 snd_v_augment = compose(random_conv, random_tile_mask, uniform_noise)
+
+#: the input side the authors' sizes are for
+ATARI_SIDE = 84
+NOISE_SHARE = 0.2
+CONV_KERNEL = 5
+
+
+def snd_v_sizes(side: int) -> dict:
+    """``{"tile_sizes": (...), "kernel": k or 0}`` for a ``side`` x ``side`` input (0: no random conv)."""
+    scale = side / ATARI_SIDE
+    tiles = tuple(sorted({max(1, round(t * scale)) for t in TILE_SIZES}))
+    k = 2 * round((CONV_KERNEL * scale - 1) / 2) + 1  # the nearest odd size
+    return {"tile_sizes": tiles, "kernel": k if k >= 3 else 0}
+
+
+def snd_v_augment_for(side: int, value_max=1.0):
+    """SND-V's pipeline sized for a ``side`` x ``side`` input whose values reach ``value_max``
+    (a number, or one per channel); the inputs are augmented on that raw scale."""
+    sizes = snd_v_sizes(side)
+    steps = [functools.partial(random_conv, kernel=sizes["kernel"])] if sizes["kernel"] else []
+    steps += [functools.partial(random_tile_mask, tile_sizes=sizes["tile_sizes"]),
+              functools.partial(uniform_noise, scale=NOISE_SHARE * np.asarray(value_max, np.float32))]
+    return compose(*steps)

@@ -63,14 +63,23 @@ class DistillationModule(IntrinsicModule):
             self.obs_rms.update_from_moments(chunk.mean(0), chunk.var(0), len(chunk))
         self._norm_cache = None
 
+    def raw(self, obs: np.ndarray) -> paddle.Tensor:
+        """uint8[B, C, H, W] -> float32[B, k, H, W] tensor of the looked-at channels, values unchanged."""
+        return paddle.to_tensor(self._select(obs)).astype("float32")
+
     def normalize(self, obs: np.ndarray) -> paddle.Tensor:
         """uint8[B, C, H, W] -> float32[B, k, H, W] tensor, (x - mean) / std clipped to [-5, 5]."""
+        return self.standardize(self.raw(obs), fresh=True)
+
+    def standardize(self, x: paddle.Tensor, fresh: bool = False) -> paddle.Tensor:
+        """float32[B, k, H, W] on the raw scale -> (x - mean) / std clipped to [-5, 5].
+
+        ``fresh``: ``x`` is a temporary nobody else holds, so it may be overwritten."""
         if self._norm_cache is None:
             self._norm_cache = (paddle.to_tensor(self.obs_rms.mean.astype(np.float32)),
                                 paddle.to_tensor((1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)))
         mean, inv_std = self._norm_cache
-        x = paddle.to_tensor(self._select(obs)).astype("float32")
-        if hasattr(_C_ops, "clip_"):  # x is a fresh copy: the same values in place, 1.7x faster on CPU
+        if fresh and hasattr(_C_ops, "clip_"):  # the same values in place, 1.7x faster on CPU
             _C_ops.subtract_(x, mean)
             _C_ops.multiply_(x, inv_std)
             return _C_ops.clip_(x, -OBS_CLIP, OBS_CLIP)

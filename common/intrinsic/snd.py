@@ -8,12 +8,13 @@ distilled from the moving target exactly as in RND (``DistillationModule.distill
 Three target objectives, one class each:
 
 * ``SNDV``   ("snd-v"):   contrastive: pairs (s, s) -> distance 0, (s, s') -> 1,
-                          both members augmented (``augment.snd_v_augment``).
+                          both members augmented (``augment.snd_v_augment_for``).
 * ``SNDSTD`` ("snd-std"): Spatio-Temporal DeepInfoMax on consecutive states.
 * ``SNDVIC`` ("snd-vic"): VICReg on consecutive states.
 
-Each ``update(batch)`` does one target step on the minibatch (own Adam with
-``target_lr`` and the same global-norm clip as the predictor), then the predictor
+Each ``update(batch)`` does one target step on a random ``target_proportion`` share
+of the minibatch (own Adam with ``target_lr`` and the same global-norm clip as the
+predictor; 1.0 = the whole minibatch, as the authors' code), then the predictor
 step, and returns ``{"forward", "snd_target", "snd_target/<term>"...}`` (raw,
 unweighted terms; ``snd_target`` is the weighted total that was minimized).
 
@@ -28,7 +29,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from common.intrinsic.augment import snd_v_augment
+from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
 from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.rnd import DistillationModule
@@ -174,6 +175,8 @@ class _SNDBase(DistillationModule):
 
     Args:
         target_lr: Adam learning rate of the target (and extra heads).
+        target_proportion: share of each minibatch the target step sees (at least 2
+            samples), like ``update_proportion`` for the predictor.
         the rest: as ``DistillationModule`` (``max_grad_norm`` clips the target too).
     Subclasses implement ``_target_loss(batch) -> (total or None, {term: tensor})``
     (None: nothing to train on in this minibatch) and may return extra trainable
@@ -184,7 +187,10 @@ class _SNDBase(DistillationModule):
 
     def __init__(self, target: nn.Layer, predictor: nn.Layer, *, target_lr: float, obs_shape,
                  input_channels: int, lr: float, update_proportion: float, max_grad_norm: float,
-                 seed: int = 0):
+                 seed: int = 0, target_proportion: float = 1.0):
+        if not 0.0 < target_proportion <= 1.0:
+            raise ValueError(f"target_proportion must be in (0, 1], got {target_proportion}")
+        self.target_proportion = float(target_proportion)
         super().__init__(target, predictor, obs_shape=obs_shape, input_channels=input_channels, lr=lr,
                          update_proportion=update_proportion, max_grad_norm=max_grad_norm, seed=seed)
         self.target.train()
@@ -204,8 +210,17 @@ class _SNDBase(DistillationModule):
     def _target_loss(self, batch: dict):
         raise NotImplementedError
 
+    def _target_share(self, batch: dict) -> dict:
+        """A random ``target_proportion`` share of the minibatch (at least 2 samples), sorted."""
+        n = len(batch["obs"])
+        k = min(n, max(2, int(round(self.target_proportion * n))))
+        if k == n:
+            return batch
+        idx = np.sort(self.rng.choice(n, size=k, replace=False))
+        return {key: batch[key][idx] for key in ("obs", "next_obs", "dones")}
+
     def update(self, batch: dict) -> dict:
-        total, terms = self._target_loss(batch)
+        total, terms = self._target_loss(self._target_share(batch))
         if total is None:  # no usable pairs: skip the target step, report zeros
             out = {"snd_target": 0.0, **{f"snd_target/{k}": 0.0 for k in self.TERMS}}
         else:
@@ -240,27 +255,35 @@ class _SNDBase(DistillationModule):
 class SNDV(_SNDBase):
     """SND-V: contrastive target training on augmented pairs of ``batch["obs"]``.
 
-    ``augment(x: float32[B, k, H, W], rng) -> tensor`` defaults to
-    ``snd_v_augment``; each member of a pair is augmented independently.
-    Loss: ``contrastive + magnitude`` (``snd_v_terms``).
+    ``augment(x: float32[B, k, H, W], rng) -> tensor`` works on the raw input scale
+    (before the observation normalizer, where the authors add their pixel noise);
+    by default ``snd_v_augment_for`` sized to the observation's side and to
+    ``value_max`` (the largest raw value, a number or one per observation channel;
+    255 for pixels). Each member of a pair is augmented independently, then both are
+    normalized. Loss: ``contrastive + magnitude`` (``snd_v_terms``).
     """
 
     name = "snd-v"
     TERMS = ("contrastive", "magnitude")
 
-    def __init__(self, target, predictor, *, augment=snd_v_augment, **kwargs):
-        self.augment = augment
+    def __init__(self, target, predictor, *, augment=None, value_max=255.0, **kwargs):
         super().__init__(target, predictor, **kwargs)
+        if augment is None:
+            vmax = np.asarray(value_max, np.float32)
+            if vmax.ndim == 1:
+                vmax = vmax[-self.input_channels:]  # the channels the module looks at
+            augment = snd_v_augment_for(int(self.obs_rms.mean.shape[-1]), vmax)
+        self.augment = augment
 
     def _target_loss(self, batch):
         obs = batch["obs"]
         if len(obs) < 2:
             return None, {}
         idx_a, idx_b, tau = contrastive_pairs(len(obs), self.rng)
-        x = self.normalize(obs)
+        x = self.raw(obs)
         xa = self.augment(paddle.gather(x, paddle.to_tensor(idx_a)), self.rng)
         xb = self.augment(paddle.gather(x, paddle.to_tensor(idx_b)), self.rng)
-        z = self.target(paddle.concat([xa, xb]))  # one pass for both members
+        z = self.target(self.standardize(paddle.concat([xa, xb])))  # one pass for both members
         z_a, z_b = z[:len(obs)], z[len(obs):]
         terms = snd_v_terms(z_a, z_b, paddle.to_tensor(tau))
         return terms["contrastive"] + terms["magnitude"], terms
