@@ -1,0 +1,68 @@
+"""benchmarks/exploration.py: a real --quick suite, per-run summaries, and a report rebuilt from them alone."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import exploration  # noqa: E402
+
+
+def test_quick_suite_writes_summaries_and_the_report_rebuilds_from_them(tmp_path):
+    out = tmp_path / "suite"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    results = out / "results"
+    names = sorted(os.listdir(results))
+    assert names == ["doorkey5_none_seed0.json", "doorkey5_rnd_seed0.json"]
+    s = json.loads((results / "doorkey5_rnd_seed0.json").read_text())
+    assert s["frames"] == exploration.QUICK_UPDATES * exploration.ROLLOUT and s["episodes"] >= 0
+    assert len(s["curve"]["frames"]) == exploration.CURVE_POINTS and s["curve"]["frames"][-1] == s["frames"]
+    assert set(s["action_share_at_budget"]) == {"left", "right", "forward", "pickup", "drop", "toggle", "done"}
+    assert abs(sum(s["action_share_at_budget"].values()) - 1.0) < 1e-3
+    assert "--intrinsic" in s["command"] and not any(ROOT in str(a) for a in s["command"])
+    doc = (out / "exploration.md").read_text()
+    assert (out / "exploration.png").stat().st_size > 0
+    # the report needs nothing but the summaries: drop the run folders and rebuild
+    for p in out.iterdir():
+        if p.name not in ("results", "exploration.md", "exploration.png"):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (out / "exploration.md").unlink()
+    subprocess.run(cmd + ["--report-only"], check=True, capture_output=True, text=True, timeout=300)
+    assert (out / "exploration.md").read_text() == doc
+    assert "| PPO+RND | 1 |" in doc and "| PPO | 1 |" in doc
+    # a second (non report-only) invocation finds every run done
+    again = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    assert "0 runs to do" in again.stdout
+
+
+def test_windowed_success_and_bootstrap_by_hand():
+    steps = np.array([10, 20, 30, 40])
+    succ = np.array([0.0, 1.0, 1.0, 0.0])
+    got = exploration.windowed_success(steps, succ, [20, 40, 5], window=20)
+    np.testing.assert_allclose(got[:2], [0.5, 0.5])  # (0, 20]: 10, 20 ; (20, 40]: 30, 40
+    assert np.isnan(got[2])
+    lo, hi = exploration.bootstrap_diff([1.0, 1.0, 1.0], [0.0, 0.0])
+    assert lo == hi == 1.0  # no spread: the interval is the difference itself
+    lo, hi = exploration.bootstrap_diff([0.0, 1.0, 0.5, 0.2], [0.1, 0.3, 0.0])
+    assert lo < np.mean([0.0, 1.0, 0.5, 0.2]) - np.mean([0.1, 0.3, 0.0]) < hi
+
+
+def test_plan_order_and_budgets():
+    runs = exploration.planned(exploration.PLAN, {t: v[1] for t, v in exploration.TASKS.items()})
+    assert runs[:2] == [("keycorridor", "none", 0, exploration.TASKS["keycorridor"][1]),
+                        ("keycorridor", "rnd", 0, exploration.TASKS["keycorridor"][1])]
+    assert exploration.TASKS["keycorridor"][1] >= 1_500_000 and exploration.TASKS["doorkey8"][1] >= 1_000_000
+    assert all(v[1] % exploration.ROLLOUT == 0 for v in exploration.TASKS.values())
+    cells = {}
+    for task, method, seed, _ in runs:
+        cells.setdefault((task, method), set()).add(seed)
+    for task in ("keycorridor", "doorkey8"):
+        assert len(cells[(task, "none")]) == len(cells[(task, "rnd")]) == 5
+        assert all(len(cells[(task, m)]) >= 3 for m in ("snd-v", "snd-std", "snd-vic"))
+    assert len(runs) == len(set((t, m, s) for t, m, s, _ in runs))
