@@ -55,26 +55,39 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
     return np.stack(stacks), ret, steps, info
 
 
-RGB_KEEP = 8  # screens shown in the eval/frames strip
+RGB_KEEP = 8  # moments shown in the eval/frames image
+STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
 
 
 def frame_strip(stacks: np.ndarray, rgb_frames: list | None = None, num: int = RGB_KEEP,
-                max_height: int = 160) -> np.ndarray:
-    """``num`` moments of an episode side by side, uint8 ``[H, num * W, 3]`` (or gray ``[84, num * 84]``).
+                max_height: int = 160, rows: int = STRIP_ROWS) -> np.ndarray:
+    """``num`` moments of an episode in a grid of ``rows`` rows, read left to right then top to bottom.
 
     Uses the emulator's RGB screens from ``greedy_episode(..., rgb_frames=...)`` when there
-    are any (halved while taller than ``max_height``: NES 240x256 -> 120x128), else the
-    latest gray 84x84 frame of evenly spaced observation stacks.
+    are any (halved while taller than ``max_height``: NES 240x256 -> 120x128, Atari 210x160
+    -> 105x80), else the latest gray 84x84 frame of evenly spaced observation stacks.
+    Moments are separated by 2-px white lines: 8 Mario moments give uint8 ``[2 * 120 + 2,
+    4 * 128 + 3 * 2, 3]``, gray ones ``[2 * 84 + 2, 4 * 84 + 3 * 2]``. An episode with
+    fewer moments than ``num`` fills fewer cells (a short one, a single row); unused cells
+    are white.
     """
     if rgb_frames:
         pick = np.linspace(0, len(rgb_frames) - 1, num=min(num, len(rgb_frames))).round().astype(int)
         frames = [rgb_frames[i][1] for i in pick]
         while frames[0].shape[0] > max_height:
             frames = [f[::2, ::2] for f in frames]
-        gap = np.full((frames[0].shape[0], 2, 3), 255, np.uint8)  # a thin white line between moments
-        return np.concatenate([x for f in frames for x in (f, gap)][:-1], axis=1)
-    pick = np.linspace(0, len(stacks) - 1, num=min(num, len(stacks))).astype(int)
-    return np.concatenate([stacks[i, -1] for i in pick], axis=1)
+    else:
+        pick = np.linspace(0, len(stacks) - 1, num=min(num, len(stacks))).astype(int)
+        frames = [stacks[i, -1] for i in pick]
+    cols = min(-(-num // rows), len(frames))
+    used_rows = -(-len(frames) // cols)
+    (h, w), gap = frames[0].shape[:2], 2
+    grid = np.full((used_rows * h + (used_rows - 1) * gap, cols * w + (cols - 1) * gap) + frames[0].shape[2:],
+                   255, np.uint8)
+    for k, f in enumerate(frames):
+        r, c = divmod(k, cols)
+        grid[r * (h + gap):r * (h + gap) + h, c * (w + gap):c * (w + gap) + w] = f
+    return grid
 
 
 def play(spec, argv=None) -> dict:
@@ -96,7 +109,7 @@ def play(spec, argv=None) -> dict:
         if v is not None and v <= 0:
             p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
     try:
-        state = load_checkpoint(args.checkpoint)
+        state = load_checkpoint(args.checkpoint, required=("policy", "update"))
         cfg = spec.config_cls.from_dict(state["config"])
         obs_shape, num_actions = spec.spaces(cfg)
         set_device(args.device)

@@ -89,3 +89,23 @@ def test_play_refuses_a_checkpoint_of_the_other_game(game, other, mario_run, mon
     msg = str(e.value.code)
     assert msg.startswith("error: ") and f"written by game {other!r}; this is {game!r}" in msg
     assert not (tmp_path / "x.mp4").exists()
+
+
+def test_frame_strip_is_a_grid_of_moments():
+    import numpy as np
+
+    from common.play import frame_strip
+
+    # 17 NES screens, each filled with its index: 8 evenly spaced ones, halved, in 2 rows of 4, 2-px white lines.
+    rgb = [(i, np.full((240, 256, 3), i, np.uint8)) for i in range(17)]
+    grid = frame_strip(None, rgb)
+    assert grid.shape == (2 * 120 + 2, 4 * 128 + 3 * 2, 3) and grid.dtype == np.uint8
+    cells = [grid[r * 122:r * 122 + 120, c * 130:c * 130 + 128] for r in range(2) for c in range(4)]
+    assert [int(cell.min()) for cell in cells] == [int(cell.max()) for cell in cells] == [0, 2, 5, 7, 9, 11, 14, 16]
+    assert (grid[120:122] == 255).all() and (grid[:, 128:130] == 255).all()
+    # A short episode: one row; gray stacks without RGB screens: the same grid of the latest 84x84 frames.
+    assert frame_strip(None, rgb[:3]).shape == (120, 3 * 128 + 2 * 2, 3)
+    stacks = np.random.default_rng(0).integers(0, 255, (41, 4, 84, 84), dtype=np.uint8)
+    gray = frame_strip(stacks)
+    assert gray.shape == (2 * 84 + 2, 4 * 84 + 3 * 2)
+    np.testing.assert_array_equal(gray[86:, :84], stacks[22, -1])  # the 5th of 8 evenly spaced stacks

@@ -142,7 +142,7 @@ def test_scalars_match_metrics_jsonl(server, metrics):
     assert metrics[tags.TRAINING_REWARD][0].tolist() == [1, 2]  # the tutorial's x axis: the update number
 
 
-def test_eval_frames_image_is_an_rgb_strip(server):
+def test_eval_frames_image_is_an_rgb_grid(server):
     import imageio.v2 as imageio
 
     run = f"runs/{RUN}"
@@ -151,8 +151,9 @@ def test_eval_frames_image_is_an_rgb_strip(server):
     assert [s["step"] for s in steps] == [1, 2]
     png = server.raw("image/image", run=run, tag="eval/frames", index=len(steps) - 1)
     img = imageio.imread(io.BytesIO(png))
-    # 8 NES screens at half size (120x128), 2-px white gaps; in colour, not the 84x84 gray network input.
-    assert img.shape[0] == 120 and img.shape[1] == 8 * 128 + 7 * 2 and img.shape[2] in (3, 4)
+    # 8 NES screens at half size (120x128) in 2 rows of 4, 2-px white gaps; in colour, not the 84x84 gray
+    # network input.
+    assert img.shape[0] == 2 * 120 + 2 and img.shape[1] == 4 * 128 + 3 * 2 and img.shape[2] in (3, 4)
     assert np.abs(img[..., 0].astype(int) - img[..., 2].astype(int)).mean() > 10
 
 
