@@ -14,11 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
@@ -28,21 +24,13 @@ import pytest
 from common import logger as tags
 from common.logger import read_metrics
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from visualdl_screenshots import visualdl_server  # noqa: E402  the server launcher shared with the browser test
+
 RUN = "mario_short"
 TUTORIAL_TAGS = [tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, tags.EVAL_INTRINSIC, tags.TOTAL_LOSS, tags.FORWARD_LOSS]
 STRUCTURED_TAGS = ["losses/total", "losses/forward", tags.INT_REWARD_MEAN, tags.INT_REWARD_RAW, tags.ADV_EXT,
                    tags.STEPS_PER_SEC, "eval/return", "eval/length", "eval/x_pos", "eval/flag"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _visualdl_cmd():
-    exe = os.path.join(os.path.dirname(sys.executable), "visualdl")
-    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "visualdl.server.app"]
 
 
 class Server:
@@ -65,39 +53,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(mario_run):
     runs, _ = mario_run
-    port = _free_port()
-    log = open(runs.parent / "visualdl.log", "wb")
     # Relative --logdir (see the module doc); run names are then "runs/<run_name>".
-    proc = subprocess.Popen(_visualdl_cmd() + ["--logdir", "runs", "--host", "127.0.0.1", "--port", str(port),
-                                               "--language", "en"],
-                            cwd=runs.parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    srv = Server(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                log.flush()
-                pytest.fail(f"visualdl exited with {proc.returncode}:\n{(runs.parent / 'visualdl.log').read_text()}")
-            try:
-                if f"runs/{RUN}" in srv.api("runs"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("visualdl did not answer within 90 s")
-            time.sleep(0.5)
-        yield srv
-    finally:
-        # The server's own process group (start_new_session): it and any children, nothing else.
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-        log.close()
+    with visualdl_server(str(runs.parent), logdir="runs", run=f"runs/{RUN}") as base:
+        yield Server(base)
 
 
 @pytest.fixture(scope="module")

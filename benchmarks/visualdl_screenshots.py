@@ -1,0 +1,562 @@
+"""VisualDL's web front end in headless Chromium: load each dashboard, check it, screenshot it.
+
+    python benchmarks/visualdl_screenshots.py                 # a short Mario 1-1 run -> docs/visualdl/*.png
+    python benchmarks/visualdl_screenshots.py --runs DIR      # the runs already in DIR/runs (no training)
+
+What a user sees of a run is VisualDL's single-page app, not its HTTP API. This script
+starts a real ``visualdl`` server (relative ``--logdir``, ``--language en``: see
+docs/visualdl.md), drives Debian's ``chromium`` over the DevTools protocol and, for each
+dashboard in ``PAGES``, waits until the page's text holds the project's tags and its
+charts are drawn, then saves a screenshot. ``tests/test_visualdl_browser.py`` runs the
+same ``capture`` on the test suite's short run.
+
+No dependency beyond the standard library: the DevTools protocol is JSON over a
+WebSocket, and the few lines of RFC 6455 it needs (client frames, masked; the server's
+unmasked, possibly fragmented) are below. Chromium is started with
+``--remote-debugging-port=0`` and a fresh ``--user-data-dir``, where it writes the port
+it chose (``DevToolsActivePort``), and with the flags that keep a headless root
+Chromium off the network (``CHROMIUM_FLAGS``).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--no-default-browser-check",
+    "--enable-unsafe-swiftshader",  # software WebGL for the high-dimensional view's scatter plot
+]
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium/Chrome binary (``$CHROMIUM`` first), or None."""
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env if os.path.exists(env) else shutil.which(env)
+    for name in CHROMIUM_CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+# ------------------------------------------------------------------ a minimal WebSocket client (RFC 6455)
+class WebSocket:
+    """Blocking text-frame WebSocket client: enough for the DevTools protocol on localhost."""
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        u = urllib.parse.urlparse(url)
+        self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+                          .encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("websocket handshake: connection closed")
+            head += chunk
+        head, self._buf = head.split(b"\r\n\r\n", 1)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise ConnectionError(f"websocket handshake refused: {head.decode(errors='replace')}")
+
+    def _read(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            chunk = self.sock.recv(max(65536, n - len(self._buf)))
+            if not chunk:
+                raise ConnectionError("websocket closed by the peer")
+            self._buf += chunk
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    def _send_frame(self, opcode: int, payload: bytes) -> None:
+        n = len(payload)
+        head = bytes([0x80 | opcode])
+        if n < 126:
+            head += bytes([0x80 | n])
+        elif n < 1 << 16:
+            head += bytes([0x80 | 126]) + struct.pack("!H", n)
+        else:
+            head += bytes([0x80 | 127]) + struct.pack("!Q", n)
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(head + mask + masked)
+
+    def send(self, text: str) -> None:
+        self._send_frame(0x1, text.encode())
+
+    def recv(self) -> str:
+        message = b""
+        while True:
+            b0, b1 = self._read(2)
+            opcode, n = b0 & 0x0F, b1 & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._read(8))[0]
+            mask = self._read(4) if b1 & 0x80 else None
+            payload = self._read(n)
+            if mask:
+                payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            if opcode == 0x8:
+                raise ConnectionError("websocket closed by the peer")
+            if opcode == 0x9:
+                self._send_frame(0xA, payload)
+                continue
+            if opcode in (0x0, 0x1, 0x2):
+                message += payload
+                if b0 & 0x80:
+                    return message.decode()
+
+    def settimeout(self, seconds: float) -> None:
+        self.sock.settimeout(seconds)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._send_frame(0x8, b"")
+        self.sock.close()
+
+
+# ------------------------------------------------------------------ Chromium over the DevTools protocol
+class BrowserError(RuntimeError):
+    pass
+
+
+class Chromium:
+    """A headless Chromium with one page, driven over the DevTools protocol."""
+
+    def __init__(self, binary: str, width: int = 1280, height: int = 860, timeout: float = 60.0):
+        self.profile = tempfile.mkdtemp(prefix="vdl-chromium-")
+        self.log = open(os.path.join(self.profile, "chromium.log"), "wb")
+        self.proc = subprocess.Popen(
+            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
+             "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._next_id = 0
+        self.ws = None
+        try:
+            port = self._devtools_port(timeout)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version", timeout=timeout) as r:
+                ws_url = json.loads(r.read())["webSocketDebuggerUrl"]
+            self.ws = WebSocket(ws_url, timeout=timeout)
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            self.page("Page.enable")
+            self.page("Runtime.enable")
+            self.page("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                      mobile=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _devtools_port(self, timeout: float) -> int:
+        path = os.path.join(self.profile, "DevToolsActivePort")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrowserError(f"chromium exited with {self.proc.returncode}: {self.log_tail()}")
+            with contextlib.suppress(OSError, ValueError):
+                with open(path) as f:
+                    return int(f.readline())
+            time.sleep(0.2)
+        raise BrowserError(f"chromium did not open its DevTools port within {timeout:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 2000) -> str:
+        self.log.flush()
+        with open(self.log.name, "rb") as f:
+            return f.read()[-n:].decode(errors="replace")
+
+    def call(self, method: str, session: str | None = None, timeout: float = 60.0, **params) -> dict:
+        self._next_id += 1
+        msg = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        self.ws.send(json.dumps(msg))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrowserError(f"{method}: no answer within {timeout:.0f} s")
+            self.ws.settimeout(left)
+            try:
+                reply = json.loads(self.ws.recv())
+            except socket.timeout:
+                raise BrowserError(f"{method}: no answer within {timeout:.0f} s") from None
+            if reply.get("id") == self._next_id:  # everything else is an event: not needed
+                if "error" in reply:
+                    raise BrowserError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def page(self, method: str, timeout: float = 60.0, **params) -> dict:
+        return self.call(method, session=self.session, timeout=timeout, **params)
+
+    def evaluate(self, expression: str):
+        r = self.page("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            details = r["exceptionDetails"]
+            raise BrowserError(f"{expression[:60]!r}...: {details.get('exception', {}).get('description') or details}")
+        return r["result"].get("value")
+
+    def navigate(self, url: str) -> None:
+        r = self.page("Page.navigate", url=url)
+        if r.get("errorText"):
+            raise BrowserError(f"{url}: {r['errorText']}")
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.page("Page.captureScreenshot", format="png")["data"])
+
+    def close(self) -> None:
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                self.call("Browser.close", timeout=10)
+            self.ws.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own process group (start_new_session)
+            self.proc.wait(timeout=15)
+        self.log.close()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ------------------------------------------------------------------ the VisualDL server
+def visualdl_command() -> list[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "visualdl")
+    return [exe] if os.path.exists(exe) else [sys.executable, "-m", "visualdl.server.app"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def visualdl_server(parent: str, logdir: str = "runs", run: str | None = None, timeout: float = 90.0):
+    """Run ``visualdl --logdir <logdir> --language en`` in ``parent``; yields its base URL.
+
+    ``logdir`` is relative (see docs/visualdl.md: an absolute one mixes up the embedding
+    view's tensor and metadata). Returns once the server lists ``run`` (or any run); the
+    server's output goes to ``<parent>/visualdl-<port>.log``.
+    """
+    port = free_port()
+    log_path = os.path.join(parent, f"visualdl-{port}.log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(visualdl_command() + ["--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
+                                                      "--language", "en"],
+                                cwd=parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    with open(log_path, errors="replace") as f:
+                        raise RuntimeError(f"visualdl exited with {proc.returncode}:\n{f.read()[-3000:]}")
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    with urllib.request.urlopen(f"{base}/app/api/runs", timeout=10) as r:
+                        runs = json.loads(r.read())["data"]
+                    if (run in runs) if run else runs:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"visualdl did not list {run or 'a run'} within {timeout:.0f} s")
+                time.sleep(0.5)
+            yield base
+        finally:
+            # The server's own process group (start_new_session): it and its children, nothing else.
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=15)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)
+
+
+# ------------------------------------------------------------------ the dashboards
+# Runs before any page script: records every string drawn into a canvas. VisualDL's charts
+# (ECharts) draw their titles - the tags - and axis labels there, not in the DOM.
+RECORD_CANVAS_TEXT = """
+window.__drawnText = new Set();
+for (const C of [window.CanvasRenderingContext2D, window.OffscreenCanvasRenderingContext2D]) {
+  if (!C) continue;
+  const fillText = C.prototype.fillText;
+  C.prototype.fillText = function (text, ...rest) { window.__drawnText.add(String(text)); return fillText.call(this, text, ...rest); };
+}
+"""
+
+# What the page shows, as JSON: its text, the canvas text, the tag groups (name, number of
+# tags, expanded), the loaded images and each canvas (size, kind, whether anything is drawn).
+SNAPSHOT = """(() => {
+  const groups = [...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
+    .map(h => [h.textContent.trim(), parseInt(h.parentElement.querySelector('.total').textContent, 10),
+               !!h.parentElement.nextElementSibling]);
+  const images = [...document.images].filter(i => !i.src.endsWith('.svg'))
+    .map(i => ({src: i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}));
+  const canvases = [...document.querySelectorAll('canvas')].map(c => {
+    const r = c.getBoundingClientRect();
+    let kind = 'webgl', inked = null;
+    try {
+      const ctx = c.getContext('2d');
+      if (ctx && c.width && c.height) {
+        kind = '2d';
+        const px = ctx.getImageData(0, 0, c.width, c.height).data;
+        inked = false;
+        for (let i = 3; i < px.length; i += 4) if (px[i] > 0) { inked = true; break; }
+      }
+    } catch (e) { kind = 'unreadable'; }
+    return {kind, inked, width: c.width, height: c.height, rect: [r.x, r.y, r.width, r.height]};
+  });
+  return JSON.stringify({text: document.body ? document.body.innerText : '', drawn: [...(window.__drawnText || [])], groups, images,
+                         canvases, url: location.pathname});
+})()"""
+
+# Clicks the innermost visible element whose whole text is ``text``; returns whether one was found.
+CLICK_TEXT = """((text) => {
+  const hits = [...document.querySelectorAll('body *')].filter(e => e.offsetParent !== null && e.textContent.trim() === text);
+  if (!hits.length) return false;
+  hits[hits.length - 1].click();
+  return true;
+})"""
+
+EXPAND_GROUPS = """[...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
+  .forEach(h => { if (!h.parentElement.nextElementSibling) h.parentElement.click(); })"""
+
+
+@dataclass
+class View:
+    """One dashboard as the browser showed it."""
+    name: str
+    url: str
+    text: str = ""
+    drawn: set = field(default_factory=set)  # strings drawn into canvases: chart titles (tags), axis labels
+    groups: dict = field(default_factory=dict)  # tag group -> number of tags
+    images: list = field(default_factory=list)  # [{"src", "complete", "width", "height"}]
+    canvases: list = field(default_factory=list)
+    screenshot: str = ""  # PNG path
+    ink: float = 0.0  # share of the screenshot's content area (below the header, left of the settings) not background
+    webgl_ink: list = field(default_factory=list)  # per WebGL canvas: its pixels in the screenshot not background
+
+
+def snapshot(browser: Chromium) -> dict:
+    out = json.loads(browser.evaluate(SNAPSHOT))
+    out["drawn"] = set(out["drawn"])
+    return out
+
+
+def wait_for(browser: Chromium, what: str, ready, timeout: float) -> dict:
+    """Poll the page's snapshot until ``ready(snap)``; BrowserError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            snap = snapshot(browser)
+        except BrowserError as e:  # e.g. the document is being replaced
+            snap = {"url": "", "groups": [], "images": [], "canvases": [], "text": f"(no snapshot: {e})",
+                    "drawn": set()}
+        if ready(snap):
+            return snap
+        if time.monotonic() > deadline:
+            summary = {k: snap[k] for k in ("url", "groups", "images")}
+            summary["canvases"] = [(c["kind"], c["inked"]) for c in snap["canvases"]]
+            raise BrowserError(f"{what}: not ready after {timeout:.0f} s; page: {summary}; "
+                               f"text: {snap['text'][:600]!r}")
+        time.sleep(0.5)
+
+
+def _all_groups_drawn(snap) -> bool:
+    """Every tag group expanded and one drawn chart per tag."""
+    groups = snap["groups"]
+    drawn = [c for c in snap["canvases"] if c["kind"] == "2d" and c["inked"]]
+    return bool(groups) and all(g[2] for g in groups) and len(drawn) >= sum(g[1] for g in groups)
+
+
+def _all_groups_imaged(snap) -> bool:
+    groups = snap["groups"]
+    loaded = [i for i in snap["images"] if i["complete"] and i["width"] > 0]
+    return bool(groups) and all(g[2] for g in groups) and len(loaded) >= sum(g[1] for g in groups)
+
+
+def _type(browser: Chromium, selector: str, text: str) -> None:
+    browser.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+    browser.page("Input.insertText", text=text)
+
+
+def _click(browser: Chromium, text: str) -> None:
+    if not browser.evaluate(f"{CLICK_TEXT}({json.dumps(text)})"):
+        raise BrowserError(f"nothing to click with the text {text!r}")
+
+
+@dataclass
+class Page:
+    """A dashboard: its route, when it is loaded, how to show everything, how to pose it for the docs."""
+    name: str
+    route: str
+    loaded: callable  # snap -> bool: the data arrived
+    expand: str | None = None  # JS that shows every tag
+    complete: callable = None  # snap -> bool: everything drawn after ``expand``
+    pose: callable = None  # browser -> None: the view of the docs' screenshot
+    posed: callable = None  # snap -> bool: the pose is drawn
+
+
+def _pose_scalar(browser):
+    # The tutorial's tags and the curiosity signal, side by side, through the tag search box.
+    _type(browser, "input[placeholder^='Search tags']", "^(Training Reward|Eval Extrinsic reward|intrinsic/reward_mean|"
+                                                        "losses/forward)$")
+
+
+def _pose_embedding(browser):
+    _click(browser, "2D")
+    _click(browser, "No color map")
+    _click(browser, "x_pos_bucket")
+
+
+PAGES = {
+    "scalar": Page(
+        "scalar", "/app/scalar",
+        loaded=lambda s: bool(s["groups"]),
+        expand=EXPAND_GROUPS, complete=_all_groups_drawn,
+        pose=_pose_scalar,
+        posed=lambda s: [g[:2] for g in s["groups"]] == [["Search Result", 4]] and sum(
+            c["inked"] is True for c in s["canvases"]) >= 4),
+    "image": Page(
+        "image", "/app/sample/image",
+        loaded=lambda s: bool(s["groups"]),
+        expand=EXPAND_GROUPS, complete=_all_groups_imaged),
+    "histogram": Page(
+        "histogram", "/app/histogram",
+        loaded=lambda s: bool(s["groups"]),
+        expand=EXPAND_GROUPS, complete=_all_groups_drawn),
+    "high-dimensional": Page(
+        "high-dimensional", "/app/high-dimensional",
+        loaded=lambda s: "Points:" in s["text"] and "Component #1" in s["text"]
+        and any(c["kind"] == "webgl" for c in s["canvases"]),
+        pose=_pose_embedding,
+        posed=lambda s: "Component #3" not in s["text"]),  # 2D
+    "hyper-parameter": Page(
+        "hyper-parameter", "/app/hyper-parameter",
+        loaded=lambda s: "Trial ID" in s["text"] and "Metrics" in s["text"]),
+}
+
+
+def ink(png: bytes, rect=None) -> tuple[int, int]:
+    """(pixels that differ from the most common colour, all pixels) of the screenshot, inside ``rect`` (x, y, w, h)."""
+    import numpy as np
+    from PIL import Image
+
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    if rect is not None:
+        x, y, w, h = (int(round(v)) for v in rect)
+        img = img[max(y, 0):max(y + h, 0), max(x, 0):max(x + w, 0)]
+    if img.size == 0:
+        return 0, 0
+    flat = img.reshape(-1, 3).astype(np.int32)
+    _, counts = np.unique((flat[:, 0] << 16) | (flat[:, 1] << 8) | flat[:, 2], return_counts=True)
+    return int(counts.sum() - counts.max()), int(counts.sum())
+
+
+def save_png(png: bytes, path: str, colors: int = 128) -> None:
+    """Write a screenshot as a palette PNG (UI colours and lines survive; a fraction of the size)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    img.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
+
+
+def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: float = 120.0) -> View:
+    """Load ``page``, wait for its data, show every tag, record what is shown, pose it and screenshot it."""
+    if not getattr(browser, "records_canvas_text", False):
+        browser.page("Page.addScriptToEvaluateOnNewDocument", source=RECORD_CANVAS_TEXT)
+        browser.records_canvas_text = True
+    url = base + page.route
+    browser.navigate(url)
+    snap = wait_for(browser, f"{page.name}: load {url}", page.loaded, timeout)
+    if page.expand:
+        browser.evaluate(page.expand)
+        snap = wait_for(browser, f"{page.name}: every tag drawn", page.complete, timeout)
+    time.sleep(1.0)  # let the last chart animations settle
+    snap = snapshot(browser)
+    view = View(page.name, url, text=snap["text"], drawn=snap["drawn"],
+                groups={g[0]: g[1] for g in snap["groups"]}, images=snap["images"], canvases=snap["canvases"])
+    browser.evaluate("window.scrollTo(0, 0)")
+    if page.pose:
+        page.pose(browser)
+        wait_for(browser, f"{page.name}: posed for the screenshot", page.posed, timeout)
+        time.sleep(1.5)
+    png = browser.screenshot()
+    os.makedirs(out_dir, exist_ok=True)
+    view.screenshot = os.path.join(out_dir, f"{page.name}.png")
+    save_png(png, view.screenshot)
+    drawn, total = ink(png, rect=(0, 60, 1020, 10_000))  # below the header bar, left of the settings panel
+    view.ink = drawn / max(total, 1)
+    # WebGL canvases cannot be read back from the page: their pixels are judged on the screenshot.
+    view.webgl_ink = [ink(png, c["rect"])[0] for c in snapshot(browser)["canvases"] if c["kind"] == "webgl"]
+    return view
+
+
+# ------------------------------------------------------------------ the docs' screenshots
+DOCS_RUN = "mario_1-1_rnd"
+DOCS_FLAGS = [
+    "--world", "1", "--stage", "1", "--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "64",
+    "--batch-size", "2", "--num-epochs", "2", "--num-global-steps", "2560", "--obs-norm-steps", "4",
+    "--eval-interval", "1", "--video-interval", "0", "--max-eval-steps", "400", "--histogram-interval", "2",
+    "--embedding-interval", "10", "--seed", "1",
+]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="", help="a folder holding runs/ to show (default: train a short Mario 1-1 run "
+                                              "in a temporary folder: 20 updates of 2 envs x 64 steps)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "visualdl"), help="where the PNGs go")
+    p.add_argument("--pages", default=",".join(PAGES), help="comma-separated, from: " + ", ".join(PAGES))
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds each page may take to draw")
+    args = p.parse_args(argv)
+    binary = find_chromium()
+    if binary is None:
+        p.error("no chromium found: apt-get install -y chromium (or set $CHROMIUM)")
+    pages = [PAGES[name] for name in args.pages.split(",")]
+    with tempfile.TemporaryDirectory(prefix="vdl-shots-") as tmp:
+        parent = os.path.abspath(args.runs) if args.runs else tmp
+        if not args.runs:
+            sys.path.insert(0, ROOT)
+            from mario.train import main as train
+
+            train(DOCS_FLAGS + ["--log-path", os.path.join(tmp, "runs"), "--run-name", DOCS_RUN])
+        with visualdl_server(parent) as base, Chromium(binary) as browser:
+            for page in pages:
+                view = capture(browser, base, page, args.out, timeout=args.timeout)
+                print(f"{view.screenshot}: {os.path.getsize(view.screenshot) / 1024:.0f} KiB, "
+                      f"{len(view.groups)} tag groups, {len(view.drawn)} canvas strings, ink {view.ink:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
