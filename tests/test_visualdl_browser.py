@@ -10,7 +10,8 @@ a canvas; a page counts as rendered when each tag's chart is drawn (a 2D canvas 
 pixels), each image loaded, and the WebGL scatter plot has pixels on the screenshot.
 
 Skipped where no chromium is installed (``apt-get install -y chromium chromium-driver``);
-``.ci/run`` installs it, so CI always runs it.
+``.ci/run`` installs it and sets ``PADDLE_CURIOSITY_REQUIRE_CHROMIUM=1``, which turns the
+skip into an error, so CI always runs it.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import visualdl_screenshots as vdl  # noqa: E402
 
 CHROMIUM = vdl.find_chromium()
+if CHROMIUM is None and os.environ.get("PADDLE_CURIOSITY_REQUIRE_CHROMIUM") == "1":  # set by .ci/run
+    raise RuntimeError("PADDLE_CURIOSITY_REQUIRE_CHROMIUM=1 but no chromium is installed")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed: apt-get install -y chromium chromium-driver "
                              "(.ci/run installs it; $CHROMIUM names another binary)")
