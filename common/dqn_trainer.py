@@ -1,0 +1,559 @@
+"""The DQN loop, shared by any game: one environment, a replay memory, Double DQN, optional SND-V.
+
+This is the SND article's runner (SRL v0.16.1's sequential ``runner.train``): each
+env step the worker acts (epsilon-greedy on the online Q network), stores the
+transition, then the trainer runs one train step once the memory holds
+``memory_warmup_size`` transitions; the run ends after ``train_steps`` train steps
+(``runner.train(max_train_count=100_000)``). For the ``snd`` agent (the article's
+``SND`` algorithm) the stored reward is ``r_ext + int_reward_scale * r_int`` with
+``r_int`` computed when the transition is collected, and each train step first trains
+the SND target on pairs of stored observations, then distils the predictor on the Q
+batch and updates Q (``common/intrinsic/snd_dqn.py``).
+
+What differs between games comes from a ``common.game.GameSpec``: ``make_policy(cfg,
+obs_shape, num_actions)`` builds the Q network (called twice: online and target),
+``make_intrinsic_networks(cfg, in_channels)`` the SND target and predictor,
+``env_factory(cfg, record_path)`` one environment (``reset(seed) -> uint8 obs``,
+``step(a) -> obs, reward, done, info`` with ``info["TimeLimit.truncated"]``), and
+``episode_metrics(info)`` the game's episode scalars.
+
+Logged (VisualDL + ``metrics.jsonl``), every x-axis in **train steps** (the
+article's plot: ``eval_reward0`` against the train count), so runs of the three
+agents overlay in one chart: ``episode/return`` (extrinsic), ``episode/length``,
+``episode/intrinsic_return``, the game's ``episode/...``, ``eval/return`` and
+``eval/length`` (greedy episodes with ``test_epsilon``), ``losses/q``,
+``losses/snd_target``, ``losses/forward`` (predictor MSE), ``charts/q_mean``,
+``charts/epsilon``, ``charts/env_steps``, ``charts/target_syncs``,
+``charts/nonfinite_skipped``, ``intrinsic/reward_mean``, ``intrinsic/reward_max``,
+``perf/train_steps_per_sec``, ``perf/env_steps_per_sec``, ``perf/cpu_ms_per_train_step``
+(CPU time of all threads per train step, env and evaluation included).
+
+Checkpoints (``common.checkpoint``, atomic) hold the networks, optimizers, counters,
+RNG state, the config and, unless ``--no-save-replay``, the replay memory: a resumed
+run then samples the same data; without it the memory starts empty and the run waits
+for ``memory_warmup_size`` transitions before training again. The environment starts
+a fresh episode on resume. Ctrl-C / SIGTERM finish the current step and save; a
+second Ctrl-C aborts.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import signal
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.config import arg, parse_config
+from common.device import require_paddle, set_device
+from common.game import GameSpec
+
+paddle = require_paddle()
+
+from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint  # noqa: E402
+from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
+from common.fast_ops import set_num_shards  # noqa: E402
+from common.intrinsic.base import NoIntrinsic  # noqa: E402
+from common.logger import Logger  # noqa: E402
+from common.replay import ReplayMemory  # noqa: E402
+
+AGENTS = ("dqn", "dqn-e0", "snd")
+#: the article's epsilon per agent: DQN 0.1, DQN_e0 and SND 0
+AGENT_EPSILON = {"dqn": 0.1, "dqn-e0": 0.0, "snd": 0.0}
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised after ``max_nan_updates`` consecutive train steps with a NaN/inf loss."""
+
+
+@dataclass
+class DQNConfig:
+    """Double DQN (+ SND-V) settings; a game's config subclasses this. Defaults: the SND article's runner."""
+
+    # --- agent -----------------------------------------------------------------------------
+    agent: str = arg("dqn", "the article's three agents: dqn (Double DQN, epsilon 0.1), dqn-e0 (the same, epsilon "
+                            "0), snd (Double DQN + SND-V intrinsic reward, epsilon 0)", choices=AGENTS)
+
+    # --- run ---------------------------------------------------------------------------------
+    seed: int = arg(0, "random seed (network init, exploration, sampling); a CPU run repeats exactly")
+    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    num_threads: int = arg(0, "CPU threads for the networks (0: os.cpu_count()): with --parallel-intrinsic and "
+                              "the snd agent, the SND update runs on a second thread beside the Q update; "
+                              "otherwise each convolution batch is split into this many shards, one thread each")
+    parallel_intrinsic: bool = arg(True, "snd agent: run the SND networks' update (target step + predictor "
+                                         "step) on a second thread beside the Q update (they share no weights, so "
+                                         "the results are the same as one after the other)")
+    log_path: str = arg("runs", "parent folder of run folders (config.json, VisualDL logs, metrics.jsonl, "
+                                "models/, videos/)")
+    run_name: str = arg("", "name of this run's folder (default: game, agent, seed and time)")
+    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
+    resume: str = arg("", "checkpoint (.pdparams) to continue from (counters, networks, optimizers, replay memory "
+                          "if it was saved)")
+    train_steps: int = arg(100_000, "stop after this many train steps (the article: runner.train("
+                                    "max_train_count=100_000)); env steps = train steps + the warm-up")
+    save_interval: int = arg(25_000, "save a checkpoint every this many train steps (0: only at the end)")
+    save_replay: bool = arg(True, "put the replay memory in checkpoints (~7 KB per stored frame, 71 MB at "
+                                  "10,000) so --resume continues on the same data; off: a resumed run starts "
+                                  "with an empty memory and waits for the warm-up again")
+    eval_interval: int = arg(2_000, "play --eval-episodes greedy evaluation episodes every this many train steps "
+                                    "(0: never). The article logged one every 5 s of wall time (SRL history, "
+                                    "eval_reward0)")
+    eval_episodes: int = arg(1, "episodes per evaluation (their mean return is logged)")
+    test_epsilon: float = arg(0.0, "epsilon of the evaluation episodes (SRL's test_epsilon, 0)")
+    max_eval_steps: int = arg(5_000, "hard cap on agent steps in one evaluation episode")
+    video_interval: int = arg(10, "record every this many-th evaluation's first episode to videos/ (0: never)")
+    log_interval: int = arg(100, "log losses, Q values and rates every this many train steps")
+    max_nan_updates: int = arg(3, "stop after this many consecutive train steps with a non-finite loss")
+
+    # --- Double DQN ------------------------------------------------------------------------
+    lr: float = arg(0.0005, "Adam learning rate of the Q network (and of the SND networks unless --snd-lr): the "
+                            "article's runner sets 0.0005 (its SND Config default and SRL's DQN default: 0.001)")
+    discount: float = arg(0.99, "discount factor (the article: 0.99)")
+    target_model_update_interval: int = arg(2_000, "copy the online Q network to the target network every this "
+                                                   "many train steps (the article's runner: 2,000; its SND Config "
+                                                   "default and SRL's DQN default: 1,000)")
+    double_dqn: bool = arg(True, "double DQN targets: the online network picks the next action, the target network "
+                                 "values it (the article: enable_double_dqn=True; the SND agent's own code does the "
+                                 "same)")
+    batch_size: int = arg(32, "transitions per train step (SRL's default, not changed by the article)")
+    memory_capacity: int = arg(10_000, "replay memory size in stored frames, ~ transitions (the article: 10,000)")
+    memory_warmup_size: int = arg(1_000, "train only once the memory holds this many transitions (the article: "
+                                         "1,000)")
+    window_length: int = arg(4, "frames stacked into one state (the article: window_length=4)")
+    epsilon: float = arg(-1.0, "epsilon-greedy exploration while training (-1: the agent's, as the article: dqn "
+                               "0.1, dqn-e0 0, snd 0)")
+    epsilon_initial: float = arg(-1.0, "epsilon at env step 0, decaying linearly to --epsilon over "
+                                       "--epsilon-decay-steps (-1: constant --epsilon, the article)")
+    epsilon_decay_steps: int = arg(0, "env steps of the linear epsilon decay (0: constant, the article)")
+    conv_padding: str = arg("valid", "padding of the DQN image block in every network: same (the article's Keras "
+                                     "layers: 84->21->11->11, 7,744 features into Dense(512)) or valid (Nature "
+                                     "DQN/RND geometry: 84->20->9->7, 3,136 features, ~3.5x fewer multiply-adds: "
+                                     "the default, for CPU speed; see docs/snd_dqn_pong.md)",
+                            choices=("valid", "same"))
+
+    # --- SND-V (agent snd) -------------------------------------------------------------------
+    int_reward_scale: float = arg(0.5, "reward = extrinsic + this x intrinsic (the article's int_reward_scale 0.5)")
+    snd_lr: float = arg(0.0, "learning rate of the SND target and predictor (0: --lr, as the article: one lr for "
+                             "all three optimizers)")
+    snd_noise: float = arg(0.2, "uniform noise U(-a, a) added on the [0, 1] scale to the target's contrastive "
+                                "samples (the article's full listing: 0.2; its excerpt: 0, no augmentation)")
+    snd_distill_pairing: str = arg("same", "what the predictor is distilled on: same (predictor(s') -> "
+                                           "target(s'), the SND paper and the article's full listing) or shifted "
+                                           "(predictor(s) -> target(s'), the article's Trainer excerpt; see README)",
+                                   choices=("same", "shifted"))
+
+    def __post_init__(self):
+        if self.agent in AGENT_EPSILON and self.epsilon == -1.0:
+            self.epsilon = AGENT_EPSILON[self.agent]
+
+    @property
+    def uses_snd(self) -> bool:
+        return self.agent == "snd"
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag and what is accepted."""
+        def need(ok, flag, value, accepted):
+            if not ok:
+                raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
+
+        for name in ("train_steps", "batch_size", "memory_capacity", "memory_warmup_size", "window_length",
+                     "target_model_update_interval", "eval_episodes", "max_eval_steps", "log_interval",
+                     "max_nan_updates"):
+            need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
+        for name in ("save_interval", "eval_interval", "video_interval", "epsilon_decay_steps", "num_threads"):
+            need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
+        need(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        need(self.snd_lr >= 0, "snd-lr", self.snd_lr, "0 (same as --lr) or a positive learning rate")
+        need(0.0 <= self.discount <= 1.0, "discount", self.discount, "a value in [0, 1]")
+        need(0.0 <= self.epsilon <= 1.0, "epsilon", self.epsilon, "a value in [0, 1] (or -1: the agent's)")
+        need(self.epsilon_initial == -1.0 or 0.0 <= self.epsilon_initial <= 1.0, "epsilon-initial",
+             self.epsilon_initial, "a value in [0, 1] or -1 (constant)")
+        need(0.0 <= self.test_epsilon <= 1.0, "test-epsilon", self.test_epsilon, "a value in [0, 1]")
+        need(self.int_reward_scale >= 0, "int-reward-scale", self.int_reward_scale, "a value >= 0")
+        need(self.snd_noise >= 0, "snd-noise", self.snd_noise, "a value >= 0")
+        need(self.memory_warmup_size <= self.memory_capacity, "memory-warmup-size", self.memory_warmup_size,
+             f"at most --memory-capacity ({self.memory_capacity})")
+        need(self.batch_size <= self.memory_warmup_size, "batch-size", self.batch_size,
+             f"at most --memory-warmup-size ({self.memory_warmup_size}), as SRL asserts")
+        need(self.memory_capacity > self.window_length, "memory-capacity", self.memory_capacity,
+             f"more than --window-length ({self.window_length})")
+        need(not self.uses_snd or self.batch_size % 2 == 0, "batch-size", self.batch_size,
+             "an even number for the snd agent (half the target's pairs are identical, half random; the article "
+             "asserts batch_size % 2 == 0)")
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices:
+                need(getattr(self, f.name) in choices, f.name.replace("_", "-"), getattr(self, f.name),
+                     f"one of {', '.join(map(str, choices))}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class _Mean:
+    """Running sums of named scalars between two log points."""
+
+    def __init__(self):
+        self.sums, self.counts = {}, {}
+
+    def add(self, values: dict) -> None:
+        for k, v in values.items():
+            if np.isfinite(v):
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
+                self.counts[k] = self.counts.get(k, 0) + 1
+
+    def pop(self) -> dict:
+        out = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        self.sums, self.counts = {}, {}
+        return out
+
+
+class DQNTrainer:
+    """Double DQN (+ SND-V) on one game. ``DQNTrainer(spec, cfg).train()`` runs to completion."""
+
+    def __init__(self, spec: GameSpec, cfg: DQNConfig):
+        cfg.validate()
+        self.spec, self.cfg = spec, cfg
+        set_device(cfg.device)
+        paddle.seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
+        self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
+        os.makedirs(self.saved_path, exist_ok=True)
+
+        self.obs_shape, self.num_actions = spec.spaces(cfg)
+        if self.obs_shape[0] != cfg.window_length:
+            raise ValueError(f"the game's observations stack {self.obs_shape[0]} frames but --window-length is "
+                             f"{cfg.window_length}")
+        q_net = spec.make_policy(cfg, self.obs_shape, self.num_actions)
+        target_net = spec.make_policy(cfg, self.obs_shape, self.num_actions)
+        self.learner = DoubleDQN(q_net, target_net, lr=cfg.lr, discount=cfg.discount,
+                                 target_update_interval=cfg.target_model_update_interval, double=cfg.double_dqn)
+        if cfg.uses_snd:
+            from common.intrinsic.snd_dqn import SNDVArticle
+
+            target, predictor = spec.make_intrinsic_networks(cfg, self.obs_shape[0])
+            self.intrinsic = SNDVArticle(target, predictor, lr=cfg.snd_lr or cfg.lr, noise=cfg.snd_noise,
+                                         distill_pairing=cfg.snd_distill_pairing, seed=cfg.seed + 1)
+        else:
+            self.intrinsic = NoIntrinsic()
+        self.memory = ReplayMemory(cfg.memory_capacity, self.obs_shape[1:], self.obs_shape[0])
+        self.epsilon = LinearSchedule(cfg.epsilon, None if cfg.epsilon_initial < 0 else cfg.epsilon_initial,
+                                      cfg.epsilon_decay_steps)
+
+        self.env_steps = 0
+        self.episodes = 0
+        self.evals = 0
+        self.nan_streak = 0
+        self.nan_total = 0
+        self.last_checkpoint = ""
+        self.saved_at = -1
+        self.last_eval = None
+        self._stop_signal = None
+        self._side = None
+        self._env = None
+        self._eval_env = None
+        if cfg.resume:
+            self.load(cfg.resume)
+        cfg.to_json(os.path.join(self.run_dir, "config.json"))
+        self.logger = Logger(self.run_dir, comment=spec.name)
+
+    @property
+    def train_count(self) -> int:
+        return self.learner.train_count
+
+    def _default_run_name(self) -> str:
+        c = self.cfg
+        return f"{self.spec.name}_{c.agent}_seed{c.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        learner = self.learner.state_dict()
+        return {
+            "game": self.spec.name,
+            "config": self.cfg.to_dict(),
+            "agent": self.cfg.agent,
+            "policy": learner.pop("q_net"),
+            "learner": learner,
+            "intrinsic": self.intrinsic.state_dict(),
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "evals": self.evals,
+            "nan_total": self.nan_total,
+            "rng": self.rng.bit_generator.state,
+            "replay": self.memory.state_dict() if self.cfg.save_replay else None,
+        }
+
+    def load(self, path: str) -> None:
+        """Restore everything from a checkpoint; refuses one from another game, agent or network."""
+        state = load_checkpoint(path)
+        check_compatible(state, self.spec.name, {"agent": self.cfg.agent,
+                                                 "policy": self.learner.q_net.state_dict()}, path)
+        try:
+            self.learner.set_state_dict({"q_net": state["policy"], **state["learner"]})
+            self.intrinsic.set_state_dict(state["intrinsic"])
+            if state.get("replay") is not None:
+                self.memory.set_state_dict(state["replay"])
+        except (ValueError, KeyError) as e:
+            raise CheckpointError(f"{path}: {e}") from e
+        self.env_steps = int(state["env_steps"])
+        self.episodes = int(state["episodes"])
+        self.evals = int(state.get("evals", 0))
+        self.nan_total = int(state.get("nan_total", 0))
+        self.rng.bit_generator.state = state["rng"]
+        self.saved_at = self.train_count
+
+    def save(self, name: str | None = None) -> str:
+        path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.train_count))
+        self.last_checkpoint = save_checkpoint(path, self.state_dict())
+        self.saved_at = self.train_count
+        return path
+
+    # ------------------------------------------------------------------ signals, threads
+    def _on_signal(self, signum, frame):
+        if self._stop_signal is not None:
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        print(f"\n{signal.Signals(signum).name} received: finishing this step and saving a checkpoint "
+              "(press Ctrl-C again to abort without saving)", flush=True)
+
+    def _threads(self) -> int:
+        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
+
+    def _parallel(self) -> bool:
+        return self.cfg.uses_snd and self.cfg.parallel_intrinsic and self._threads() > 1
+
+    # ------------------------------------------------------------------ one train step
+    def train_step(self) -> dict | None:
+        """The article's ``Trainer.train()``: SND target step, then predictor + Q on one batch.
+
+        Returns the step's losses, or None while the memory is warming up. All sampling is
+        done here first, so the random streams do not depend on thread timing.
+        """
+        cfg, mem = self.cfg, self.memory
+        snd_batch = {}
+        if cfg.uses_snd and mem.num_states >= cfg.memory_warmup_size:
+            snd_batch["states1"] = mem.sample_states(cfg.batch_size, self.rng)
+            snd_batch["states2"] = mem.sample_states(cfg.batch_size // 2, self.rng)
+        batch = mem.sample(cfg.batch_size, self.rng) if len(mem) >= cfg.memory_warmup_size else None
+        if batch is None and not snd_batch:
+            return None
+        if batch is not None and cfg.uses_snd:
+            snd_batch.update(obs=batch["obs"], next_obs=batch["next_obs"])
+        losses = {}
+        if self._parallel() and snd_batch and batch is not None:
+            future = self._side.submit(self.intrinsic.update, snd_batch)
+            try:
+                losses.update(self._learn(batch))
+            finally:
+                losses.update(future.result())
+        else:
+            if snd_batch:
+                losses.update(self.intrinsic.update(snd_batch))
+            if batch is not None:
+                losses.update(self._learn(batch))
+        return losses
+
+    def _learn(self, batch: dict) -> dict:
+        out = self.learner.learn(batch["obs"], batch["actions"], batch["rewards"], batch["terminals"],
+                                 batch["next_obs"])
+        if np.isfinite(out["q"]):
+            self.nan_streak = 0
+        else:
+            self.nan_streak += 1
+            self.nan_total += 1
+            warnings.warn(f"train step {self.train_count + 1}: non-finite Q loss, update skipped "
+                          f"({self.nan_streak} in a row, {self.nan_total} in total)", RuntimeWarning, stacklevel=2)
+            if self.nan_streak >= self.cfg.max_nan_updates:
+                where = self.last_checkpoint or "none was written yet"
+                raise NonFiniteLossError(f"{self.nan_streak} consecutive train steps had a NaN/inf loss; stopping. "
+                                         f"Last good checkpoint: {where}. Try a lower --lr.")
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict:
+        """``eval_episodes`` episodes with ``test_epsilon``; the first is recorded every ``video_interval`` evals."""
+        cfg = self.cfg
+        self.evals += 1
+        returns, lengths, int_returns = [], [], []
+        for e in range(cfg.eval_episodes):
+            record = None
+            if e == 0 and cfg.video_interval and self.evals % cfg.video_interval == 0:
+                record = os.path.join(self.run_dir, "videos", f"eval_{self.train_count:07d}.mp4")
+            env = self.spec.env_factory(cfg, record)() if record else self._get_eval_env()
+            try:
+                obs = env.reset(seed=cfg.seed + 1_000_003 + 7919 * self.evals + e)
+                ret, length, int_ret = 0.0, 0, 0.0
+                for _ in range(cfg.max_eval_steps):
+                    a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, self.rng)
+                    obs, r, done, _ = env.step(a)
+                    ret += r
+                    length += 1
+                    if cfg.uses_snd:
+                        int_ret += float(self.intrinsic.reward(obs[None])[0])
+                    if done:
+                        break
+            finally:
+                if record:
+                    env.close()
+            returns.append(ret)
+            lengths.append(length)
+            int_returns.append(int_ret)
+        out = {"return": float(np.mean(returns)), "length": float(np.mean(lengths))}
+        if cfg.uses_snd:
+            out["intrinsic_return"] = float(np.mean(int_returns))
+        return out
+
+    def _get_eval_env(self):
+        if self._eval_env is None:
+            self._eval_env = self.spec.env_factory(self.cfg, None)()
+        return self._eval_env
+
+    # ------------------------------------------------------------------ main loop
+    def train(self) -> dict:
+        cfg, lg = self.cfg, self.logger
+        print(f"{self.spec.name}: agent {cfg.agent}, {cfg.train_steps:,} train steps (batch {cfg.batch_size}, "
+              f"warm-up {cfg.memory_warmup_size:,}), epsilon {cfg.epsilon}, run folder {self.run_dir}", flush=True)
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.train_steps, initial=min(self.train_count, cfg.train_steps), unit="train step",
+                   dynamic_ncols=True, desc=f"{self.spec.name} {cfg.agent}")
+        stats = _Mean()
+        int_rewards = []
+        recent = []
+        old_shards = None
+        try:
+            if self._parallel():
+                self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snd-update")
+            elif cfg.device == "cpu" and self._threads() > 1:
+                old_shards = set_num_shards(self._threads())
+            self._env = self.spec.env_factory(cfg, None)()
+            obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)
+            self.memory.start_episode(obs[-1])
+            ep_ret = ep_int = 0.0
+            ep_len = 0
+            t_log, cpu_log = time.perf_counter(), time.process_time()
+            env_log, train_log = self.env_steps, self.train_count
+            while self.train_count < cfg.train_steps and self._stop_signal is None:
+                eps = self.epsilon(self.env_steps)
+                action = epsilon_greedy(self.learner.q_values(obs[None])[0], eps, self.rng)
+                next_obs, reward, done, info = self._env.step(action)
+                self.env_steps += 1
+                terminated = done and not info.get("TimeLimit.truncated", False)
+                r_int = float(self.intrinsic.reward(next_obs[None])[0]) if cfg.uses_snd else 0.0
+                self.memory.add(action, reward + cfg.int_reward_scale * r_int, terminated, next_obs[-1])
+                ep_ret += reward
+                ep_int += r_int
+                ep_len += 1
+                if cfg.uses_snd:
+                    int_rewards.append(r_int)
+                if done:
+                    self.episodes += 1
+                    metrics = {"return": ep_ret, "length": ep_len, **self.spec.episode_metrics(info)}
+                    if cfg.uses_snd:
+                        metrics["intrinsic_return"] = ep_int
+                    lg.scalars("episode", metrics, self.train_count)
+                    recent = (recent + [ep_ret])[-10:]
+                    obs = self._env.reset()
+                    self.memory.start_episode(obs[-1])
+                    ep_ret = ep_int = 0.0
+                    ep_len = 0
+                else:
+                    obs = next_obs
+
+                before = self.train_count
+                losses = self.train_step()
+                if losses is not None:
+                    stats.add(losses)
+                if self.train_count == before:  # warm-up (or a skipped step): no periodic work
+                    continue
+                step = self.train_count
+                if step % cfg.log_interval == 0:
+                    now = time.perf_counter()
+                    vals = stats.pop()
+                    for k in ("q", "snd_target", "forward"):
+                        if k in vals:
+                            lg.scalar(f"losses/{k}", vals[k], step)
+                    for k in ("q_mean", "target_mean"):
+                        if k in vals:
+                            lg.scalar(f"charts/{k}", vals[k], step)
+                    lg.scalar("charts/epsilon", eps, step)
+                    lg.scalar("charts/env_steps", self.env_steps, step)
+                    lg.scalar("charts/target_syncs", self.learner.sync_count, step)
+                    lg.scalar("charts/nonfinite_skipped", self.nan_total, step)
+                    if int_rewards:
+                        lg.scalar("intrinsic/reward_mean", float(np.mean(int_rewards)), step)
+                        lg.scalar("intrinsic/reward_max", float(np.max(int_rewards)), step)
+                        int_rewards = []
+                    dt, cpu = max(now - t_log, 1e-9), time.process_time()
+                    lg.scalar("perf/train_steps_per_sec", (step - train_log) / dt, step)
+                    lg.scalar("perf/env_steps_per_sec", (self.env_steps - env_log) / dt, step)
+                    # CPU seconds of all the process' threads: what a step costs, whatever else loads the machine
+                    lg.scalar("perf/cpu_ms_per_train_step", 1000 * (cpu - cpu_log) / max(step - train_log, 1), step)
+                    t_log, cpu_log, env_log, train_log = now, cpu, self.env_steps, step
+                    lg.flush()
+                if cfg.eval_interval and step % cfg.eval_interval == 0:
+                    self.last_eval = self.evaluate()
+                    lg.scalars("eval", self.last_eval, step)
+                    lg.flush()
+                if cfg.save_interval and step % cfg.save_interval == 0:
+                    self.save()
+                bar.update(step - before)
+                if step % 10 == 0:
+                    parts = [f"env {self.env_steps}", f"eps {eps:.2f}"]
+                    if recent:
+                        parts.append(f"return {np.mean(recent):.2f}")
+                    bar.set_postfix_str(", ".join(parts))
+            if self.saved_at != self.train_count or not self.last_checkpoint:
+                self.save()
+            lg.hparams({k: v for k, v in cfg.to_dict().items()}, ["episode/return", "eval/return"])
+        finally:
+            bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            if old_shards is not None:
+                set_num_shards(old_shards)
+            self.close()
+        result = {"train_steps": self.train_count, "env_steps": self.env_steps, "episodes": self.episodes,
+                  "checkpoint": self.last_checkpoint, "run_dir": self.run_dir,
+                  "stopped_by_signal": self._stop_signal is not None}
+        if self.last_eval is not None:
+            result["eval"] = self.last_eval
+        return result
+
+    def close(self):
+        if self._side is not None:
+            self._side.shutdown(wait=True)
+            self._side = None
+        for env in (self._env, self._eval_env):
+            if env is not None:
+                env.close()
+        self._env = self._eval_env = None
+        if hasattr(self, "logger"):
+            self.logger.close()
+
+
+def run(spec: GameSpec, argv=None) -> dict:
+    """Entry point used by a game's DQN train.py: parse flags, print the config, train."""
+    cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
+    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    try:
+        trainer = DQNTrainer(spec, cfg)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    return trainer.train()
