@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -223,6 +224,12 @@ class Chromium:
         if r.get("errorText"):
             raise BrowserError(f"{url}: {r['errorText']}")
 
+    def press(self, key: str, code: int, times: int = 1) -> None:
+        """Press a key (DOM ``key`` name, Windows virtual key code) on the focused element."""
+        for _ in range(times):
+            for kind in ("keyDown", "keyUp"):
+                self.page("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code)
+
     def screenshot(self) -> bytes:
         return base64.b64decode(self.page("Page.captureScreenshot", format="png")["data"])
 
@@ -335,8 +342,11 @@ SNAPSHOT = """(() => {
     } catch (e) { kind = 'unreadable'; }
     return {kind, inked, width: c.width, height: c.height, rect: [r.x, r.y, r.width, r.height]};
   });
+  // VisualDL's drop-downs: a label, then the select (its value's title, then a .list of options).
+  const selects = Object.fromEntries([...document.querySelectorAll('.list')].filter(l => l.parentElement.previousElementSibling)
+    .map(l => [l.parentElement.previousElementSibling.textContent.trim(), l.parentElement.firstElementChild.getAttribute('title')]));
   return JSON.stringify({text: document.body ? document.body.innerText : '', drawn: [...(window.__drawnText || [])], groups, images,
-                         canvases, url: location.pathname});
+                         canvases, selects, url: location.pathname});
 })()"""
 
 # Clicks the innermost visible element whose whole text is ``text``; returns whether one was found.
@@ -345,6 +355,41 @@ CLICK_TEXT = """((text) => {
   if (!hits.length) return false;
   hits[hits.length - 1].click();
   return true;
+})"""
+
+# The high-dimensional page's own parser (VisualDL's resource/high-dimensional/parser.js) run on
+# the first embedding, with the page's limits per projection (pages/high-dimensional.js: PCA
+# keeps at most 200 dimensions, t-SNE and UMAP all): how many of the vectors it hands to the
+# projection are all zero. VisualDL 2.5.3 samples the dimensions of wider data with
+# ``d[c + f] = ...`` instead of ``d[c * dim + f]``, so for PCA every row but the first one or
+# two stays zero and the scatter plot shows two or three points (docs/visualdl.md).
+EMBEDDING_INPUT = """(async () => {
+  const {parseFromBlob} = await import('/app/_dist_/resource/high-dimensional/parser.js');
+  const api = '/app/api/embedding/';
+  const e = (await (await fetch(api + 'list')).json()).data[0];
+  const q = '?name=' + encodeURIComponent(e.name);
+  const vectors = await (await fetch(api + 'tensor' + q)).blob();
+  const metadata = await (await fetch(api + 'metadata' + q)).text();
+  const out = {name: e.name, shape: e.shape};
+  for (const [projection, maxDimension] of [['pca', 200], ['tsne', undefined], ['umap', undefined]]) {
+    const r = await parseFromBlob({shape: e.shape, vectors, metadata, maxCount: 5000, maxDimension});
+    let zero = 0;
+    for (let i = 0; i < r.count; i++) if (r.vectors.subarray(i * r.dimension, (i + 1) * r.dimension).every(v => v === 0)) zero++;
+    out[projection] = {count: r.count, dimension: r.dimension, zero_rows: zero};
+  }
+  return JSON.stringify(out);
+})()"""
+
+# Picks ``option`` in the drop-down labelled ``label``; returns an error string or "".
+CHOOSE = """((label, option) => {
+  const l = [...document.querySelectorAll('body *')].find(e => e.childElementCount === 0 && e.textContent.trim() === label);
+  const select = l && l.nextElementSibling;
+  if (!select || !select.querySelector('.list')) return 'no drop-down labelled ' + label;
+  const item = [...select.querySelectorAll('.list > *')].find(o => o.getAttribute('title') === option);
+  if (!item) return label + ' has no option ' + option;
+  select.firstElementChild.click();
+  item.click();
+  return '';
 })"""
 
 EXPAND_GROUPS = """[...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
@@ -362,6 +407,7 @@ class View:
     images: list = field(default_factory=list)  # [{"src", "complete", "width", "height"}]
     canvases: list = field(default_factory=list)
     screenshot: str = ""  # PNG path
+    probe: dict = field(default_factory=dict)  # the page's ``Page.probe`` result
     ink: float = 0.0  # share of the screenshot's content area (below the header, left of the settings) not background
     webgl_ink: list = field(default_factory=list)  # per WebGL canvas: its pixels in the screenshot not background
 
@@ -379,8 +425,8 @@ def wait_for(browser: Chromium, what: str, ready, timeout: float) -> dict:
         try:
             snap = snapshot(browser)
         except BrowserError as e:  # e.g. the document is being replaced
-            snap = {"url": "", "groups": [], "images": [], "canvases": [], "text": f"(no snapshot: {e})",
-                    "drawn": set()}
+            snap = {"url": "", "groups": [], "images": [], "canvases": [], "selects": {},
+                    "text": f"(no snapshot: {e})", "drawn": set()}
         if ready(snap):
             return snap
         if time.monotonic() > deadline:
@@ -414,6 +460,12 @@ def _click(browser: Chromium, text: str) -> None:
         raise BrowserError(f"nothing to click with the text {text!r}")
 
 
+def _choose(browser: Chromium, label: str, option: str) -> None:
+    error = browser.evaluate(f"{CHOOSE}({json.dumps(label)}, {json.dumps(option)})")
+    if error:
+        raise BrowserError(error)
+
+
 @dataclass
 class Page:
     """A dashboard: its route, when it is loaded, how to show everything, how to pose it for the docs."""
@@ -422,8 +474,10 @@ class Page:
     loaded: callable  # snap -> bool: the data arrived
     expand: str | None = None  # JS that shows every tag
     complete: callable = None  # snap -> bool: everything drawn after ``expand``
+    probe: str | None = None  # JS returning JSON: page-specific facts (``View.probe``)
     pose: callable = None  # browser -> None: the view of the docs' screenshot
     posed: callable = None  # snap -> bool: the pose is drawn
+    settle: float = 1.5  # seconds to wait once posed (animations, a projection running in a worker)
 
 
 def _pose_scalar(browser):
@@ -432,10 +486,32 @@ def _pose_scalar(browser):
                                                         "losses/forward)$")
 
 
+def _pose_image(browser):
+    # The latest evaluation (the step slider starts at the first of the sampled steps).
+    browser.evaluate("document.querySelector('.input-range__slider').focus()")
+    browser.press("ArrowRight", 39, times=12)  # VisualDL keeps 10 samples per tag
+
+
+def _last_sample(snap) -> bool:
+    m = re.search(r"Sample: (\d+)/(\d+)", snap["text"])
+    return bool(m) and m.group(1) == m.group(2)
+
+
+BUSY = ("Fetching tensor...", "Fetching metadata...", "Reading tensor...", "Reading metadata...", "Parsing data...",
+        "Calculating...")  # the high-dimensional page's loading messages (locales/en/high-dimensional.json)
+
+
+def _idle(snap) -> bool:
+    return not any(b in snap["text"] for b in BUSY)
+
+
 def _pose_embedding(browser):
+    # UMAP, not the default PCA: VisualDL 2.5.3's PCA input is broken above 200 dimensions (EMBEDDING_INPUT).
+    _click(browser, "UMAP")  # the page parses the data again (and resets the colour) before projecting
+    wait_for(browser, "high-dimensional: UMAP selected", lambda s: "Neighbors" in s["text"] and _idle(s), 120)
     _click(browser, "2D")
-    _click(browser, "No color map")
-    _click(browser, "x_pos_bucket")
+    wait_for(browser, "high-dimensional: 2D", _idle, 120)
+    _choose(browser, "Color by", "x_pos_bucket")
 
 
 PAGES = {
@@ -449,17 +525,20 @@ PAGES = {
     "image": Page(
         "image", "/app/sample/image",
         loaded=lambda s: bool(s["groups"]),
-        expand=EXPAND_GROUPS, complete=_all_groups_imaged),
+        expand=EXPAND_GROUPS, complete=_all_groups_imaged,
+        pose=_pose_image, posed=_last_sample),
     "histogram": Page(
         "histogram", "/app/histogram",
         loaded=lambda s: bool(s["groups"]),
         expand=EXPAND_GROUPS, complete=_all_groups_drawn),
     "high-dimensional": Page(
         "high-dimensional", "/app/high-dimensional",
-        loaded=lambda s: "Points:" in s["text"] and "Component #1" in s["text"]
+        loaded=lambda s: "Points:" in s["text"] and "Component #1" in s["text"] and _idle(s)
         and any(c["kind"] == "webgl" for c in s["canvases"]),
+        probe=EMBEDDING_INPUT,
         pose=_pose_embedding,
-        posed=lambda s: "Component #3" not in s["text"]),  # 2D
+        posed=lambda s: "Neighbors" in s["text"] and _idle(s) and s["selects"].get("Color by") == "x_pos_bucket",
+        settle=6.0),
     "hyper-parameter": Page(
         "hyper-parameter", "/app/hyper-parameter",
         loaded=lambda s: "Trial ID" in s["text"] and "Metrics" in s["text"]),
@@ -505,11 +584,13 @@ def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: flo
     snap = snapshot(browser)
     view = View(page.name, url, text=snap["text"], drawn=snap["drawn"],
                 groups={g[0]: g[1] for g in snap["groups"]}, images=snap["images"], canvases=snap["canvases"])
+    if page.probe:
+        view.probe = json.loads(browser.evaluate(page.probe))
     browser.evaluate("window.scrollTo(0, 0)")
     if page.pose:
         page.pose(browser)
         wait_for(browser, f"{page.name}: posed for the screenshot", page.posed, timeout)
-        time.sleep(1.5)
+        time.sleep(page.settle)
     png = browser.screenshot()
     os.makedirs(out_dir, exist_ok=True)
     view.screenshot = os.path.join(out_dir, f"{page.name}.png")
