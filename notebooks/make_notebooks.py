@@ -116,7 +116,7 @@ VIDEO = code('''
 
 def visualdl_md(game: str):
     return md(f'''
-        ## VisualDL
+        ## VisualDL / VisualDL 可视化看板
 
         Everything the run logged is in its run folder (`{{RUNS}}/<run_name>/`: `config.json`, VisualDL records,
         `metrics.jsonl`, `videos/`, `models/`). To browse it:
@@ -133,7 +133,8 @@ def visualdl_md(game: str):
         `Eval Intrinsic reward`, `Total loss`, `Forward loss`, then groups `losses/`, `intrinsic/`, `charts/`,
         `episode/`, `eval/`, `perf/`), **Image** (`eval/frames`: eight moments of each evaluation episode),
         **Histogram** (intrinsic rewards and advantages), **High Dimensional** (target features of recent
-        {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}), and
+        {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}; project them
+        with UMAP or t-SNE: VisualDL 2.5.3's PCA view is broken above 200 dimensions), and
         **Hyper Parameters** (the run's flags with its final metrics). See `docs/visualdl.md`.
     ''')
 
@@ -174,7 +175,7 @@ def mario_notebook():
         '''),
         SETUP,
         md('''
-            ## Train
+            ## Train / 训练
 
             `mario.train.main(flags)` is exactly `python mario/train.py <flags>` (see `python mario/train.py --help`;
             every flag is a field of `MarioConfig`). From a terminal or a `!` cell:
@@ -199,17 +200,17 @@ def mario_notebook():
             print({k: v for k, v in result.items() if k != "eval"})
         '''),
         md('''
-            ## Curves
+            ## Curves / 训练曲线
 
             `Training Reward` is the tutorial's (mean over envs of the rollout's extrinsic rewards, summed over
             time); the eval tags come from one greedy episode after every update (`--eval-interval`).
         '''),
         curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
                      "Forward loss", "eval/x_pos", "intrinsic/reward_mean", "perf/steps_per_sec"]),
-        md("## Evaluation video"),
+        md("## Evaluation video / 评估录像"),
         VIDEO,
         md('''
-            ## Play a checkpoint
+            ## Play a checkpoint / 加载检查点试玩
 
             `mario/play.py` loads a checkpoint, plays one greedy episode (the tutorial's evaluation rule),
             records the emulator's frames to an mp4 and prints the result. It refuses a checkpoint of another
@@ -237,7 +238,7 @@ def montezuma_notebook():
         '''),
         SETUP,
         md('''
-            ## Train
+            ## Train / 训练
 
             Same as `!python montezuma/train.py --num-envs 32 --device gpu ...` (see `--help`).
         '''),
@@ -257,16 +258,16 @@ def montezuma_notebook():
             print({k: v for k, v in result.items() if k != "eval"})
         '''),
         md('''
-            ## Curves
+            ## Curves / 训练曲线
 
             `episode/rooms` is the number of rooms an episode visited (the paper's exploration measure);
             training episodes are 4,500 agent steps at most, so in quick mode none finishes.
         '''),
         curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
                      "Forward loss", "eval/rooms", "intrinsic/reward_mean", "episode/rooms"]),
-        md("## Evaluation video"),
+        md("## Evaluation video / 评估录像"),
         VIDEO,
-        md("## Play a checkpoint (`montezuma/play.py`: rooms visited and score)"),
+        md("## Play a checkpoint (`montezuma/play.py`: rooms visited and score) / 加载检查点试玩（访问过的房间数与得分）"),
         play_cell("montezuma", quick_steps=50, full_steps=4500, width=320),
         visualdl_md("Montezuma"),
         print_cmd_cell(),
@@ -296,7 +297,7 @@ def snd_notebook():
             TARGET_STEPS = 6 if QUICK else 300   # target (and predictor) updates on that batch
         '''),
         SETUP,
-        md("## A batch of real frames"),
+        md("## A batch of real frames / 一批真实的游戏画面"),
         code('''
             import numpy as np
 
@@ -326,7 +327,7 @@ def snd_notebook():
             plt.show()
         '''),
         md('''
-            ## The three modules
+            ## The three modules / 三个 SND 模块
 
             Built exactly as the trainer builds them (`common.intrinsic.make_intrinsic` with the tutorial's RND
             networks for Mario), observation normalizer fitted on the batch.
@@ -379,7 +380,7 @@ def snd_notebook():
 
             before = {name: measure(name, m) for name, m in modules.items()}
         '''),
-        md("## A few target steps on the batch"),
+        md("## A few target steps on the batch / 在这批数据上训练目标网络几步"),
         code('''
             import time
 
@@ -403,7 +404,7 @@ def snd_notebook():
             plt.show()
         '''),
         md('''
-            ## SND-V: contrastive distances
+            ## SND-V: contrastive distances / SND-V：对比学习的特征距离
 
             d = mean squared feature difference of the two augmented members of a pair. Training pulls
             same-state pairs towards 0 and different-state pairs towards 1.
@@ -420,7 +421,7 @@ def snd_notebook():
             plt.show()
         '''),
         md('''
-            ## SND-VIC: VICReg terms
+            ## SND-VIC: VICReg terms / SND-VIC：VICReg 的各项损失
 
             Invariance (consecutive states close), variance hinge (every feature keeps std >= 1 over the batch),
             covariance (features decorrelated).
@@ -439,7 +440,7 @@ def snd_notebook():
             print({k: (round(before["snd-vic"][k], 4), round(after["snd-vic"][k], 4)) for k in terms})
         '''),
         md('''
-            ## SND-STD: ST-DIM scores
+            ## SND-STD: ST-DIM scores / SND-STD：ST-DIM 打分矩阵
 
             The global-local bilinear scores of every anchor s<sub>t+1</sub> (rows) against every candidate
             s<sub>t</sub> (columns), as InfoNCE sees them: a softmax over each row (per location, then averaged
@@ -460,7 +461,7 @@ def snd_notebook():
             plt.show()
         '''),
         md('''
-            ## Novelty (intrinsic reward) of the batch
+            ## Novelty (intrinsic reward) of the batch / 这批数据的新颖度（内在奖励）
 
             The predictor is distilled from the moving target on a random 25% of each batch: the novelty of
             frames it has seen falls, while the target's changing features keep it from vanishing entirely.
@@ -476,7 +477,7 @@ def snd_notebook():
             plt.show()
         '''),
         md('''
-            ## In a training run
+            ## In a training run / 在完整训练中使用
 
                 !python mario/train.py --world 1 --stage 1 --intrinsic snd-v   # or snd-std, snd-vic
 

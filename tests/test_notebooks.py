@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -81,3 +82,14 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
         assert {"mario_rnd_ppo.ipynb": "mario 1-1 (update 2): ", "montezuma_rnd_ppo.ipynb": "montezuma level1 (update "}[
             name] in text, text[-2000:]
     print(f"{name}: {seconds:.1f} s")
+
+
+def test_notebook_headings_are_bilingual():
+    # The tutorial's readers are Chinese: every title and section heading reads "English / 中文".
+    for name in make_notebooks.NOTEBOOKS:
+        for cell in make_notebooks.build(name).cells:
+            if cell.cell_type != "markdown":
+                continue
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    assert re.search(r" / .*[\u4e00-\u9fff]", line), f"{name}: heading without Chinese: {line}"
