@@ -340,9 +340,11 @@ def plot(summaries, agents, path):
     import matplotlib.pyplot as plt
 
     have = [a for a in agents if summaries.get(a)]
-    if not have:
-        return
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    if not have:  # a placeholder, so that the page's figure exists before the runs
+        for ax in axes:
+            ax.text(0.5, 0.5, "not run yet:\npython benchmarks/snd_dqn_pong.py", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=10, color="0.4")
     for agent in have:
         runs = summaries[agent]
         # eval: every run's points, mean over seeds at each eval step (runs share the eval schedule)
@@ -370,7 +372,8 @@ def plot(summaries, agents, path):
         ax.grid(alpha=0.3)
     for ax in axes[:2]:
         ax.set_ylim(-5.3, 5.3)
-    axes[0].legend(fontsize=7, loc="upper left")
+    if have:
+        axes[0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

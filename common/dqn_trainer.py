@@ -40,6 +40,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import math
 import os
 import signal
 import time
@@ -160,6 +161,10 @@ class DQNConfig:
             if not ok:
                 raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
 
+        for f in dataclasses.fields(self):  # inf passes every range check below (and NaN fails them all)
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                need(math.isfinite(v), f.name.replace("_", "-"), v, "a finite number")
         for name in ("train_steps", "batch_size", "memory_capacity", "memory_warmup_size", "window_length",
                      "target_model_update_interval", "eval_episodes", "max_eval_steps", "log_interval",
                      "max_nan_updates"):

@@ -486,11 +486,118 @@ def snd_notebook():
         '''),
     ]
 
+# ------------------------------------------------------------------ Pong: the SND article's own experiment
+def pong_notebook():
+    return [
+        md("""
+            # Double DQN + SND-V on Pong: the SND article's comparison / Pong：Double DQN 与 SND-V 对比
+
+            The Japanese SND article does not run SND on PPO: it builds SND-V on a **Double DQN** and compares three
+            agents on Atari Pong (5-point games, frame skip 7, gray + binarized 84x84 frames, window 4):
+
+            * **DQN**: Double DQN with epsilon 0.1;
+            * **DQN_e0**: the same with epsilon 0 (no random actions at all);
+            * **SND**: Double DQN, epsilon 0, reward = extrinsic + 0.5 x SND-V intrinsic reward.
+
+            It found little difference between the three (Pong is learnable even at epsilon 0). This notebook runs
+            `pong/train.py --agent dqn|dqn-e0|snd` (the article's settings, `--help` names each source), overlays the
+            three runs' curves against train steps, as the article's chart does, and shows an evaluation video.
+            `QUICK = True` (the default) only checks the pipeline with tiny runs; `QUICK = False` runs the article's
+            100,000 train steps per agent (hours on a CPU: see `docs/snd_dqn_pong.md`; `--device gpu` on AI Studio).
+        """),
+        params_cell("""
+            AGENTS = ["dqn", "dqn-e0", "snd"]
+            SEED = 0
+        """),
+        SETUP,
+        md("""
+            ## Train the three agents / 训练三个智能体
+
+            `pong.train.main(flags)` is exactly `python pong/train.py <flags>`. The runs share one parent folder,
+            `RUNS/snd_dqn_pong/`, so VisualDL overlays them. Ctrl-C (or the stop button) saves a checkpoint first;
+            `--resume <checkpoint>` continues (the replay memory is in the checkpoint unless `--no-save-replay`).
+        """),
+        code("""
+            from pong.train import main as train_pong
+
+            PARENT = os.path.join(RUNS, "snd_dqn_pong")
+            if QUICK:  # a few hundred env steps per agent: 1-point games, a small memory and batch
+                flags = ["--train-steps", "40", "--memory-capacity", "500", "--memory-warmup-size", "64",
+                         "--batch-size", "8", "--max-points", "1", "--eval-interval", "20", "--max-eval-steps", "100",
+                         "--video-interval", "2", "--log-interval", "10", "--save-interval", "0"]
+            else:  # the article: 100,000 train steps per agent
+                flags = ["--eval-interval", "2000", "--video-interval", "10"]
+            results = {}
+            for agent in AGENTS:
+                results[agent] = train_pong(flags + ["--agent", agent, "--seed", str(SEED), "--device", DEVICE,
+                                                     "--log-path", PARENT, "--run-name", f"pong_{agent}_seed{SEED}"])
+                print(agent, {k: v for k, v in results[agent].items() if k != "eval"})
+        """),
+        md("""
+            ## The comparison / 对比结果
+
+            Every curve's x axis is **train steps** (SRL's train count, what the article plots): the greedy
+            evaluation return (`eval/return`, 5-point games: from -5 to +5), the training episodes' return, the Q
+            loss, and for SND its intrinsic reward and the SND target's contrastive loss.
+        """),
+        code("""
+            import matplotlib.pyplot as plt
+
+            from common.logger import read_metrics
+
+            TAGS = ["eval/return", "episode/return", "losses/q", "charts/q_mean", "intrinsic/reward_mean",
+                    "losses/snd_target"]
+            metrics = {agent: read_metrics(r["run_dir"]) for agent, r in results.items()}
+            fig, axes = plt.subplots(2, 3, figsize=(14, 6.5))
+            for ax, tag in zip(axes.flat, TAGS):
+                for agent, m in metrics.items():
+                    if tag in m:
+                        steps, values = m[tag]
+                        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=agent)
+                ax.set_title(tag, fontsize=10)
+                ax.set_xlabel("train steps")
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=8)
+            fig.tight_layout()
+            plt.show()
+            for agent, m in metrics.items():
+                if "eval/return" in m:
+                    print(f"{agent}: last eval return {m['eval/return'][1][-1]:+.1f}, "
+                          f"{len(m.get('episode/return', ([], []))[0])} training episodes")
+        """),
+        md("## An evaluation episode of the SND agent (what the network sees: the binarized 84x84 frames) / SND 智能体的一局评估（网络看到的画面：二值化的 84x84 帧）"),
+        code("""
+            import glob
+
+            from IPython.display import Video, display
+
+            videos = sorted(glob.glob(os.path.join(results["snd"]["run_dir"], "videos", "eval_*.mp4")))
+            print(len(videos), "eval videos:", [os.path.basename(v) for v in videos[-5:]])
+            if videos:
+                display(Video(videos[-1], embed=True, width=320))
+        """),
+        md("""
+            ## VisualDL / VisualDL 可视化看板
+
+            `visualdl --logdir snd_dqn_pong --host 127.0.0.1 --port 8040 --language en` from the `runs` folder
+            (keep `--language en` and a relative `--logdir`, see `docs/visualdl.md`), or AI Studio's 可视化 tab on
+            `runs/snd_dqn_pong`. The three runs appear as `pong_dqn_seed0`, `pong_dqn-e0_seed0`,
+            `pong_snd_seed0`: in **Scalars**, `eval/return` and `episode/return` overlay the three agents against
+            train steps, the article's chart. The full three-agent benchmark with its report is
+            `python benchmarks/snd_dqn_pong.py` (`docs/snd_dqn_pong.md`).
+        """),
+        code("""
+            # The command for this notebook's runs (a relative --logdir, from the runs folder).
+            print(f"cd {RUNS} && visualdl --logdir snd_dqn_pong --host 127.0.0.1 --port 8040 --language en")
+        """),
+    ]
+
 
 NOTEBOOKS = {
     "mario_rnd_ppo.ipynb": mario_notebook,
     "montezuma_rnd_ppo.ipynb": montezuma_notebook,
     "snd_variants.ipynb": snd_notebook,
+    "snd_dqn_pong.ipynb": pong_notebook,
 }
 
 

@@ -448,7 +448,8 @@ def test_help_names_the_sources_and_bad_values_are_refused(capsys):
         assert source in text, source
     for bad, needle in ((["--agent", "snd", "--batch-size", "7"], "batch-size"),
                         (["--memory-warmup-size", "20000"], "memory-warmup-size"),
-                        (["--epsilon", "1.5"], "epsilon"), (["--snd-distill-pairing", "cross"], "snd-distill-pairing")):
+                        (["--epsilon", "1.5"], "epsilon"), (["--snd-distill-pairing", "cross"], "snd-distill-pairing"),
+                        (["--lr", "inf"], "--lr inf is invalid")):
         with pytest.raises(SystemExit):
             main(bad)
         assert needle in capsys.readouterr().err

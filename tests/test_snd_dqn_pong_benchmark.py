@@ -1,0 +1,50 @@
+"""benchmarks/snd_dqn_pong.py without running Pong: resuming helpers and the report from summaries alone."""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import snd_dqn_pong as bench  # noqa: E402
+
+
+def test_newest_checkpoint_and_cut_metrics(tmp_path):
+    run = tmp_path / "pong_snd_seed0"
+    (run / "models").mkdir(parents=True)
+    for name in ("pong_snd_2000.pdparams", "pong_snd_10000.pdparams", "pong_snd.pdparams"):
+        (run / "models" / name).write_bytes(b"x")
+    assert bench.newest_checkpoint(str(run)) == (str(run / "models" / "pong_snd_10000.pdparams"), 10000)
+    assert bench.newest_checkpoint(str(tmp_path / "missing")) == (None, 0)
+    lines = [{"tag": "eval/return", "step": s, "value": -5.0} for s in (2000, 10000, 12000)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    bench.cut_metrics(str(run), 10000)
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [2000, 10000]
+
+
+def fake_summary(agent, seed, ev):
+    steps = [2000 * (i + 1) for i in range(len(ev))]
+    return {"agent": agent, "seed": seed, "train_steps": steps[-1], "env_steps": steps[-1] + 1000, "seconds": 3600.0,
+            "train_steps_per_sec": 27.8, "cpu_ms_per_train_step": 66.0, "median_logged_train_steps_per_sec": 28.0,
+            "episodes": 120, "eval_return_at_end": ev[-1], "episode_return_at_end": ev[-1] - 1,
+            "best_eval_return": max(ev), "eval_curve": {"steps": steps, "return": ev},
+            "episode_curve": {"steps": steps, "return": [None] + ev[1:]},
+            "intrinsic_curve": {"steps": steps, "reward": [0.5] * len(ev)} if agent == "snd" else None,
+            "command": ["pong/train.py"], "code_commit": "x", "finished": "now"}
+
+
+def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    for agent, ev in (("dqn", [-5.0, -3.0, 1.0]), ("snd", [-5.0, -4.0, 2.0])):
+        bench.write_json_atomic(str(results / f"pong_{agent}_seed0.json"), fake_summary(agent, 0, ev))
+    bench.write_json_atomic(str(results / "speed.json"), {
+        "measured": "now", "cpus": 2, "code_commit": "x", "note": "",
+        "rows": [{"agent": "dqn", "padding": "valid", "train_steps": 300, "train_steps_per_sec": 10.0,
+                  "cpu_ms_per_train_step": 66.0, "loadavg_1min": [2.0, 2.0], "seconds": 40.0}]})
+    bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])
+    text = (docs / "snd_dqn_pong.md").read_text()
+    assert "| DQN (epsilon 0.1) | 1 | 6,000 | +1.00 |" in text and "| DQN_e0 (epsilon 0) | 0 | not run yet" in text
+    assert "| dqn | valid | 10.0 | 66 |" in text and "1.83" in text  # 66 ms x 100k steps = 1.83 CPU hours
+    assert (docs / "snd_dqn_pong.png").stat().st_size > 0
+    bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])  # idempotent: blocks replaced
+    assert (docs / "snd_dqn_pong.md").read_text() == text
