@@ -453,3 +453,39 @@ def test_help_names_the_sources_and_bad_values_are_refused(capsys):
         with pytest.raises(SystemExit):
             main(bad)
         assert needle in capsys.readouterr().err
+
+
+def test_same_seed_repeats_exactly(tmp_path):
+    from pong.train import main
+
+    flags = ["--agent", "snd", *TINY, "--eval-interval", "0", "--train-steps", "15", "--log-path", str(tmp_path)]
+    a = load_checkpoint(main(flags + ["--run-name", "a"])["checkpoint"])
+    b = load_checkpoint(main(flags + ["--run-name", "b"])["checkpoint"])
+    for nets_a, nets_b in ((a["policy"], b["policy"]), (a["intrinsic"]["target"], b["intrinsic"]["target"]),
+                           (a["intrinsic"]["predictor"], b["intrinsic"]["predictor"])):
+        for name, value in nets_a.items():
+            np.testing.assert_array_equal(value.numpy(), nets_b[name].numpy(), err_msg=name)
+    np.testing.assert_array_equal(a["replay"]["frames"], b["replay"]["frames"])
+
+
+def test_sigint_saves_a_loadable_checkpoint(tmp_path):
+    import signal
+    import time
+
+    args = ["--agent", "dqn", *TINY, "--eval-interval", "0", "--log-interval", "5", "--train-steps", "1000000",
+            "--log-path", str(tmp_path), "--run-name", "int"]
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "pong", "train.py"), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    metrics = tmp_path / "int" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and "losses/q" in metrics.read_text()):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "SIGINT received" in out
+    ckpts = os.listdir(tmp_path / "int" / "models")
+    state = load_checkpoint(str(tmp_path / "int" / "models" / ckpts[0]))
+    assert len(ckpts) == 1 and state["learner"]["train_count"] >= 5 and state["replay"] is not None
