@@ -267,15 +267,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def visualdl_server(parent: str, logdir: str = "runs", run: str | None = None, timeout: float = 90.0):
+def visualdl_server(parent: str, logdir: str = "runs", run: str | None = None, timeout: float = 90.0,
+                    log_dir: str | None = None):
     """Run ``visualdl --logdir <logdir> --language en`` in ``parent``; yields its base URL.
 
     ``logdir`` is relative (see docs/visualdl.md: an absolute one mixes up the embedding
     view's tensor and metadata). Returns once the server lists ``run`` (or any run); the
-    server's output goes to ``<parent>/visualdl-<port>.log``.
+    server's output goes to ``<log_dir or parent>/visualdl-<port>.log``.
     """
     port = free_port()
-    log_path = os.path.join(parent, f"visualdl-{port}.log")
+    log_path = os.path.join(log_dir or parent, f"visualdl-{port}.log")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(visualdl_command() + ["--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
                                                       "--language", "en"],
@@ -613,7 +614,8 @@ DOCS_FLAGS = [
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default="", help="a folder holding runs/ to show (default: train a short Mario 1-1 run "
                                               "in a temporary folder: 20 updates of 2 envs x 64 steps)")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "visualdl"), help="where the PNGs go")
@@ -631,7 +633,7 @@ def main(argv=None) -> int:
             from mario.train import main as train
 
             train(DOCS_FLAGS + ["--log-path", os.path.join(tmp, "runs"), "--run-name", DOCS_RUN])
-        with visualdl_server(parent) as base, Chromium(binary) as browser:
+        with visualdl_server(parent, log_dir=tmp) as base, Chromium(binary) as browser:
             for page in pages:
                 view = capture(browser, base, page, args.out, timeout=args.timeout)
                 print(f"{view.screenshot}: {os.path.getsize(view.screenshot) / 1024:.0f} KiB, "
