@@ -1,16 +1,31 @@
-"""Atomic checkpoints and the compatibility check on load.
+"""Atomic checkpoints, loading that cannot run code, and the compatibility check.
 
 A checkpoint is one ``paddle.save`` file holding a nested dict: game, config,
 counters, networks, optimizers, intrinsic-module state (networks, optimizers,
 normalizers), the intrinsic reward filter and RNG states. It is written to a
 temporary file in the same folder and renamed over the final name, so a crash
-or Ctrl-C while saving never leaves a truncated checkpoint behind.
+or Ctrl-C while saving never leaves a truncated checkpoint behind, and it is
+refused (``CheckpointError``) if any tensor in it is not finite.
+
+Loading. ``paddle.save`` writes a pickle, and ``paddle.load`` unpickles it with no
+restriction: a crafted ``.pdparams`` can run any command when loaded. Checkpoints
+are shared (AI Studio datasets, the tutorial's ``.pdparams``), so ``load_checkpoint``
+never calls ``paddle.load``: it reads the same pickle with an unpickler that only
+rebuilds plain containers and numpy arrays (the allow-list ``SAFE_GLOBALS``, the
+approach of the Python docs' "Restricting Globals" and of PyTorch's
+``weights_only=True``), refuses anything else before it is called, and then turns
+Paddle's ``(name, ndarray)`` tensor records into tensors exactly as ``paddle.load``
+does. The files themselves are unchanged: plain ``paddle.load`` still reads them
+(for files one trusts), and the tutorial's file names are kept.
 """
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import tempfile
 
+import numpy as np
 import paddle
 
 FORMAT_VERSION = 1
@@ -20,15 +35,71 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used for this run (other game, other network, unreadable)."""
 
 
+#: the keys every checkpoint of this project holds (checked on load, named when missing); a loader
+#: that needs more passes them as ``required``
+REQUIRED_KEYS = ("format", "game", "config")
+
+#: (module, name) pairs the loader may rebuild: containers and numpy arrays, nothing that runs code
+SAFE_GLOBALS = frozenset({
+    ("collections", "OrderedDict"),
+    ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"), ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),  # numpy 2 pickles
+})
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """The file asks the unpickler for something outside ``SAFE_GLOBALS``: refused, nothing was run."""
+
+
+def nonfinite_tensors(state, prefix: str = "") -> list[str]:
+    """Paths (``policy/fc.weight``) of every float tensor or array in ``state`` with a NaN or inf."""
+    bad = []
+    if isinstance(state, dict):
+        for k, v in state.items():
+            bad += nonfinite_tensors(v, f"{prefix}{k}/")
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            bad += nonfinite_tensors(v, f"{prefix}{i}/")
+    elif isinstance(state, paddle.Tensor):
+        if state.dtype in (paddle.float16, paddle.float32, paddle.float64, paddle.bfloat16) and \
+                not bool(paddle.isfinite(state.astype("float32")).all()):
+            bad.append(prefix.rstrip("/"))
+    elif isinstance(state, np.ndarray) and state.dtype.kind == "f" and not np.isfinite(state).all():
+        bad.append(prefix.rstrip("/"))
+    return bad
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def save_checkpoint(path: str, state: dict) -> str:
-    """Write ``state`` to ``path`` atomically; returns ``path``."""
+    """Write ``state`` to ``path`` atomically (file mode from the umask); returns ``path``.
+
+    Raises ``CheckpointError`` without writing anything when a tensor holds a NaN or inf,
+    and ``OSError`` naming ``path`` when the disk refuses the write (e.g. it is full).
+    """
+    bad = nonfinite_tensors(state)
+    if bad:
+        raise CheckpointError(f"refusing to write {path}: non-finite values in {', '.join(bad[:5])}"
+                              f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".pdparams", dir=folder)
     os.close(fd)
     try:
         paddle.save({"format": FORMAT_VERSION, **state}, tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise OSError(e.errno, f"cannot write checkpoint {path}: {e.strerror}") from e
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -36,16 +107,92 @@ def save_checkpoint(path: str, state: dict) -> str:
     return path
 
 
-def load_checkpoint(path: str) -> dict:
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in SAFE_GLOBALS:
+            raise UnsafeCheckpointError(f"it asks to load {module}.{name}, which a checkpoint never needs "
+                                        "(the file may be crafted to run code)")
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        raise UnsafeCheckpointError("it uses pickle persistent ids, which checkpoints never do")
+
+
+def _is_tensor_record(obj) -> bool:
+    # paddle.save writes each Tensor as (name, ndarray) (paddle.framework.io._transformed_from_varbase)
+    return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray)
+
+
+def _contains(obj, pred) -> bool:
+    if pred(obj):
+        return True
+    if isinstance(obj, dict):
+        return any(_contains(v, pred) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_contains(v, pred) for v in obj)
+    return False
+
+
+def _to_tensors(obj, pred, convert):
+    if pred(obj):
+        return convert(obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_tensors(v, pred, convert)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_to_tensors(v, pred, convert) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_tensors(v, pred, convert) for v in obj)
+    return obj
+
+
+def _check_arrays(obj) -> None:
+    if isinstance(obj, np.ndarray) and obj.dtype.hasobject:
+        raise UnsafeCheckpointError("it holds a numpy array of Python objects")
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _check_arrays(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _check_arrays(v)
+
+
+def safe_load(path: str):
+    """What ``paddle.load(path)`` returns for a file of plain containers, tensors and arrays,
+    without running any code from the file. Raises ``UnsafeCheckpointError`` otherwise."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        obj = _SafeUnpickler(io.BytesIO(data)).load()
+    except UnsafeCheckpointError as e:
+        raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
+    _check_arrays(obj)
+    if _contains(obj, _is_tensor_record):  # as paddle.load: the records become tensors, other arrays stay
+        return _to_tensors(obj, _is_tensor_record, lambda t: paddle.to_tensor(t[1]))
+    return _to_tensors(obj, lambda a: isinstance(a, np.ndarray), paddle.to_tensor)  # paddle 2.0's format
+
+
+def load_checkpoint(path: str, required=()) -> dict:
+    """A checkpoint written by ``save_checkpoint``, read without running code from the file.
+
+    Raises ``CheckpointError`` (naming the file) when it is missing, unreadable, unsafe,
+    not a checkpoint of this project or lacks one of ``REQUIRED_KEYS`` or ``required``.
+    """
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path!r} does not exist")
     try:
-        state = paddle.load(path)
+        state = safe_load(path)
+    except CheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
-        raise CheckpointError(f"cannot read checkpoint {path!r}: {e}") from e
+        raise CheckpointError(f"cannot read checkpoint {path!r}: {type(e).__name__}: {e}") from e
     if not isinstance(state, dict) or "format" not in state or "game" not in state:
         raise CheckpointError(f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
                               "tutorial's policy weights?): expected a dict with 'game', 'policy', ...")
+    keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} "
+                              f"(expected {', '.join(keys)})")
     return state
 
 

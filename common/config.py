@@ -11,14 +11,42 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import sys
 import typing
 from dataclasses import dataclass, field
 
 
-def arg(default, help: str, choices=None, **kw):
-    """A dataclass field carrying its CLI help text (and optional choices)."""
-    return field(default=default, metadata={"help": help, "choices": choices, **kw})
+def arg(default, help: str, choices=None, aliases=(), **kw):
+    """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "aliases": tuple(aliases), **kw})
+
+
+def default(value, note: str = ""):
+    """A game config's own default for a field that ``TrainConfig`` declares.
+
+    Help, choices and aliases are inherited (one text per flag, so they cannot drift);
+    ``note`` is appended to the help, e.g. where the default comes from.
+    """
+    return field(default=value, metadata={"note": note})
+
+
+def field_meta(cls, name: str) -> dict:
+    """The CLI metadata of field ``name`` of config class ``cls``: help, choices and aliases from the
+    class that declared the field with ``arg``, a subclass's ``default(note=...)`` appended to the help."""
+    meta, notes = {}, []
+    for klass in reversed(cls.__mro__):
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is None or f.name not in vars(klass).get("__annotations__", {}):
+            continue
+        if "help" in f.metadata:
+            meta, notes = dict(f.metadata), []
+        if f.metadata.get("note"):
+            notes.append(f.metadata["note"])
+    if notes:
+        meta["help"] = " ".join([meta.get("help", ""), *(f"({n})" for n in notes)]).strip()
+    return meta
 
 
 @dataclass
@@ -57,10 +85,14 @@ class TrainConfig:
     max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
     histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
     embedding_interval: int = arg(50, "log target-network embeddings of recent states every N updates (0: never)")
-    max_nan_updates: int = arg(3, "stop the run after this many consecutive updates with a non-finite loss")
+    max_nan_updates: int = arg(3, "stop the run after this many consecutive updates with a non-finite loss or "
+                                  "weights (each is rolled back; the last good state is saved)")
+    worker_timeout: float = arg(60.0, "seconds an env worker may take for one step before it counts as hung")
+    max_worker_restarts: int = arg(3, "replace an env worker process that dies or hangs (its envs start fresh "
+                                      "episodes) at most this many times in a run, then stop and save")
 
     # --- environments ------------------------------------------------------------------
-    num_processes: int = arg(6, "number of parallel environments")
+    num_processes: int = arg(6, "number of parallel environments", aliases=("--num-envs",))
     num_workers: int = arg(0, "subprocesses hosting the environments, each stepping several of them "
                               "(0: one per CPU core, at most one per environment; -1: all in the trainer process)")
 
@@ -128,8 +160,14 @@ class TrainConfig:
         for name in ("save_interval", "eval_interval", "video_interval", "histogram_interval",
                      "embedding_interval", "obs_norm_steps"):
             need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
+        need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
+        need(self.max_worker_restarts >= 0, "max-worker-restarts", self.max_worker_restarts, "an integer >= 0")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(self.num_threads >= 0, "num-threads", self.num_threads, "0 (all CPUs) or a positive integer")
+        for f in dataclasses.fields(self):  # inf passes every range check below (and NaN fails them all)
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                need(math.isfinite(v), f.name.replace("_", "-"), v, "a finite number")
         need(self.lr > 0, "lr", self.lr, "a positive learning rate")
         need(self.intrinsic_lr >= 0, "intrinsic-lr", self.intrinsic_lr, "0 or a positive learning rate")
         need(self.target_lr >= 0, "target-lr", self.target_lr, "0 or a positive learning rate")
@@ -144,7 +182,7 @@ class TrainConfig:
         need(self.rollout_size % self.batch_size == 0 and self.minibatch_size > 0, "batch-size", self.batch_size,
              f"a divisor of num_local_steps x num_processes = {self.rollout_size}")
         for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
+            choices = field_meta(type(self), f.name).get("choices")
             if choices:
                 need(getattr(self, f.name) in choices, f.name.replace("_", "-"), getattr(self, f.name),
                      f"one of {', '.join(map(str, choices))}")
@@ -173,25 +211,38 @@ def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description or cls.__doc__,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
+        meta = field_meta(cls, f.name)
+        flags = ["--" + f.name.replace("_", "-"), *meta.get("aliases", ())]
         typ = _field_type(cls, f)
-        kw = dict(default=f.default, help=f.metadata.get("help", ""), dest=f.name)
+        help_text = meta.get("help", "")
+        if meta.get("aliases"):
+            help_text += f" (alias: {', '.join(meta['aliases'])})"
+        kw = dict(default=f.default, help=help_text, dest=f.name)
         if typ is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kw)
         else:
-            if f.metadata.get("choices"):
-                kw["choices"] = f.metadata["choices"]
-            parser.add_argument(flag, type=typ, **kw)
+            if meta.get("choices"):
+                kw["choices"] = meta["choices"]
+            parser.add_argument(*flags, type=typ, **kw)
     return parser
 
 
 def parse_config(cls, argv=None, description: str = ""):
-    """Parse ``argv`` into a validated ``cls`` instance; bad values exit with a clear message."""
+    """Parse ``argv`` into a validated ``cls`` instance; bad values exit with a clear message
+    that names the flag as the user typed it (an alias included)."""
     parser = build_parser(cls, description)
+    argv = sys.argv[1:] if argv is None else list(argv)
     ns = parser.parse_args(argv)
     cfg = cls(**vars(ns))
     try:
         cfg.validate()
     except ValueError as e:
-        parser.error(str(e))
+        msg = str(e)
+        for f in dataclasses.fields(cls):
+            primary = "--" + f.name.replace("_", "-")
+            for alias in field_meta(cls, f.name).get("aliases", ()):
+                typed = any(a == alias or a.startswith(alias + "=") for a in argv)
+                if typed and msg.startswith(primary + " "):
+                    msg = alias + msg[len(primary):]
+        parser.error(msg)
     return cfg

@@ -57,6 +57,11 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         from common.play import frame_strip, greedy_episode
 
         paddle = require_paddle()
+        # Paddle's import installs C handlers that print "FatalError: Termination signal" on SIGTERM
+        # (how the trainer cancels an eval on Ctrl-C) and react to the terminal's SIGINT: ours instead.
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         paddle.base.core.set_num_threads(1)
         # Background work: the training loop comes first, the eval uses what it leaves idle.
         # Measured on 2 cores (docs/performance.md): end to end unchanged, the loop's own phases

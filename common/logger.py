@@ -8,8 +8,10 @@ with matplotlib without parsing VisualDL's binary records.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import warnings
 
 import numpy as np
 
@@ -33,6 +35,7 @@ ACTION_SHARE = "charts/action_share"
 ADV_EXT = "charts/advantage_ext_mean"
 ADV_INT = "charts/advantage_int_mean"
 NAN_UPDATES = "charts/nonfinite_skipped"
+WORKER_RESTARTS = "charts/worker_restarts"
 HIST_INT_REWARD = "intrinsic/reward_hist"
 HIST_ADVANTAGE = "charts/advantage_hist"
 EVAL_FRAMES = "eval/frames"
@@ -40,23 +43,40 @@ EMBEDDING = "intrinsic/target_features"
 
 
 class Logger:
-    """Writes scalars/histograms/images/embeddings to VisualDL under ``run_dir``."""
+    """Writes scalars/histograms/images/embeddings to VisualDL under ``run_dir``.
 
-    def __init__(self, run_dir: str, comment: str = ""):
+    ``origin`` says where ``run_dir`` came from (e.g. ``--log-path 'runs'``): a failed write
+    (a full disk) raises ``OSError`` naming the file and that origin.
+    """
+
+    def __init__(self, run_dir: str, comment: str = "", origin: str = ""):
         from visualdl import LogWriter  # imported here: VisualDL is heavy and only the trainer needs it
 
         os.makedirs(run_dir, exist_ok=True)
         self.run_dir = run_dir
-        self.writer = LogWriter(logdir=run_dir, comment=comment)
-        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.origin = origin
+        self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
+        with self._writing(run_dir):
+            self.writer = LogWriter(logdir=run_dir, comment=comment)
+            self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
         self.last: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def _writing(self, path: str):
+        try:
+            yield
+        except OSError as e:
+            origin = f" (the folder comes from {self.origin})" if self.origin else ""
+            raise OSError(e.errno, f"cannot write {path}{origin}: {e.strerror or e}") from e
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         value = float(value)
         if not np.isfinite(value):
             return
-        self.writer.add_scalar(tag=tag, value=value, step=int(step))
-        self._jsonl.write(json.dumps({"tag": tag, "step": int(step), "value": value}) + "\n")
+        with self._writing(self.run_dir):
+            self.writer.add_scalar(tag=tag, value=value, step=int(step))
+        with self._writing(self.metrics_path):
+            self._jsonl.write(json.dumps({"tag": tag, "step": int(step), "value": value}) + "\n")
         self.last[tag] = value
 
     def scalars(self, prefix: str, values: dict, step: int) -> None:
@@ -104,21 +124,40 @@ class Logger:
         self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
 
     def flush(self) -> None:
-        self.writer.flush()
-        self._jsonl.flush()
+        with self._writing(self.run_dir):
+            self.writer.flush()
+        with self._writing(self.metrics_path):
+            self._jsonl.flush()
 
     def close(self) -> None:
-        self.writer.close()
-        self._jsonl.close()
+        with contextlib.suppress(OSError):  # closing after a failed write must not hide that error
+            self.writer.close()
+        with contextlib.suppress(OSError):
+            self._jsonl.close()
 
 
 def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """``{tag: (steps, values)}`` from a run folder's ``metrics.jsonl``."""
+    """``{tag: (steps, values)}`` from a run folder's ``metrics.jsonl``.
+
+    A truncated last line (the run was killed, or the disk filled, mid-write) is skipped
+    with a warning; a bad line anywhere else raises ``ValueError`` naming it.
+    """
     out: dict[str, tuple[list, list]] = {}
-    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
-        for line in f:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
             rec = json.loads(line)
-            s, v = out.setdefault(rec["tag"], ([], []))
-            s.append(rec["step"])
-            v.append(rec["value"])
+        except json.JSONDecodeError as e:
+            if all(not rest.strip() for rest in lines[n:]):
+                warnings.warn(f"{path}: skipped the truncated last line {n} ({line[:60]!r})", RuntimeWarning,
+                              stacklevel=2)
+                break
+            raise ValueError(f"{path}, line {n}: not a JSON record ({e})") from None
+        s, v = out.setdefault(rec["tag"], ([], []))
+        s.append(rec["step"])
+        v.append(rec["value"])
     return {k: (np.asarray(s), np.asarray(v)) for k, (s, v) in out.items()}

@@ -72,11 +72,16 @@ class PPO:
         self.policy = policy
         self.epsilon, self.beta, self.vf_coef, self.value_loss = epsilon, beta, vf_coef, value_loss
         self.norm_adv = bool(norm_adv)
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=lr, parameters=policy.parameters(),
-            grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
+        self.lr, self.max_grad_norm = lr, max_grad_norm
+        self.reset_optimizer()
         self.engine = None         # optional forward-only copy for act/values (common.inference)
         self._engine_fresh = False  # the engine holds the policy's current weights
+
+    def reset_optimizer(self) -> None:
+        """A fresh Adam (no moments): the optimizer as it was before the first step."""
+        self.optimizer = paddle.optimizer.Adam(
+            learning_rate=self.lr, parameters=self.policy.parameters(),
+            grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
 
     def use_engine(self, engine) -> None:
         """Run ``act``/``values`` on ``engine`` (``uint8 obs -> [logits, v_ext, v_int]`` numpy, e.g. a

@@ -33,8 +33,8 @@ paddle = require_paddle()
 
 from common import logger as tags  # noqa: E402
 from common.buffer import RolloutBuffer  # noqa: E402
-from common.checkpoint import (CheckpointError, check_compatible, load_checkpoint, optimizer_state,  # noqa: E402
-                               save_checkpoint, set_optimizer_state)
+from common.checkpoint import (CheckpointError, check_compatible, load_checkpoint, nonfinite_tensors,  # noqa: E402
+                               optimizer_state, save_checkpoint, set_optimizer_state)
 from common.evaluator import BackgroundEvaluator  # noqa: E402
 from common.fast_ops import set_num_shards  # noqa: E402
 from common.inference import InferenceEngine  # noqa: E402
@@ -47,8 +47,26 @@ from common.ppo import PPO  # noqa: E402
 from common.vec_env import make_vec_env  # noqa: E402
 
 
+#: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
+CHECKPOINT_KEYS = ("game", "config", "intrinsic_name", "update", "global_step", "policy", "optimizer", "intrinsic",
+                   "int_filter", "int_rms", "rng", "obs_norm_ready")
+
+
 class NonFiniteLossError(RuntimeError):
-    """Raised after ``max_nan_updates`` consecutive updates with a NaN/inf loss."""
+    """Raised after ``max_nan_updates`` consecutive updates with a NaN/inf loss or weights."""
+
+
+class RunStoppedError(RuntimeError):
+    """The run stopped on an error; ``checkpoint`` holds the state of the last completed update
+    (empty when even that could not be written). The original error is ``__cause__``."""
+
+    def __init__(self, message: str, checkpoint: str = ""):
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+class UnusablePathError(ValueError):
+    """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
 
 
 class Trainer:
@@ -63,7 +81,9 @@ class Trainer:
 
         self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
         self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
-        os.makedirs(self.saved_path, exist_ok=True)
+        _check_writable(cfg.log_path, "--log-path")  # the folders themselves are made once a resume is accepted
+        if cfg.saved_path:
+            _check_writable(cfg.saved_path, "--saved-path")
 
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
@@ -102,10 +122,19 @@ class Trainer:
         self._eval_intrinsic_module = None  # that state's intrinsic module, for the eval's intrinsic reward
         self.last_eval = None        # the latest logged eval result
         self.eval_seconds = 0.0      # time the training loop spent on evals (background: waiting for them)
+        self._restarts_reported = 0  # env worker restarts already announced
         if cfg.resume:
             self.load(cfg.resume)
+        for folder, flag, value in ((self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path
+                                                        else ("--log-path", cfg.log_path))),
+                                    (self.run_dir, "--log-path", cfg.log_path)):
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                raise UnusablePathError(f"{flag} {value!r} is unusable: cannot create {folder}: {e.strerror}") \
+                    from None
         cfg.to_json(os.path.join(self.run_dir, "config.json"))
-        self.logger = Logger(self.run_dir, comment=spec.name)
+        self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
 
     # ------------------------------------------------------------------ setup
     def _use_collection_engine(self) -> None:
@@ -137,7 +166,8 @@ class Trainer:
         workers = {-1: 0, 0: auto}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
         # Env i is seeded with seed + i; a resumed run starts fresh episodes, seeded by its update count
         # so that it does not replay the first episodes of the original run.
-        return make_vec_env(fns, num_workers=workers, seed=cfg.seed + 100_003 * self.update)
+        kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout} if workers > 0 else {}
+        return make_vec_env(fns, num_workers=workers, seed=cfg.seed + 100_003 * self.update, **kw)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -160,27 +190,44 @@ class Trainer:
 
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game or network."""
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, required=CHECKPOINT_KEYS)
         check_compatible(state, self.spec.name, {"policy": self.policy.state_dict(),
                                                  "intrinsic_name": self.cfg.intrinsic}, path)
-        self.policy.set_state_dict(state["policy"])
-        self.ppo.weights_changed()
-        set_optimizer_state(self.ppo.optimizer, state["optimizer"])
         try:
-            self.intrinsic.set_state_dict(state["intrinsic"])
+            self.set_learned_state(state)
             self.int_filter.set_state_dict(state["int_filter"])
-        except (ValueError, KeyError) as e:
-            raise CheckpointError(f"{path}: {e}") from e
-        self.int_rms.set_state_dict(state["int_rms"])
-        self.rng.bit_generator.state = state["rng"]
+            self.int_rms.set_state_dict(state["int_rms"])
+            self.rng.bit_generator.state = state["rng"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nan_total = int(state.get("nan_total", 0))
         self.visited = set(state.get("visited", []))
 
+    def learned_state(self) -> dict:
+        """What an update changes: policy, its optimizer, the intrinsic module (networks, optimizers,
+        normalizer, sampler state)."""
+        return {"policy": self.policy.state_dict(), "optimizer": optimizer_state(self.ppo.optimizer),
+                "intrinsic": self.intrinsic.state_dict()}
+
+    def set_learned_state(self, state: dict) -> None:
+        """Restore ``learned_state``'s parts (from a checkpoint or a snapshot)."""
+        self.policy.set_state_dict(state["policy"])
+        self.ppo.weights_changed()
+        if state["optimizer"]:
+            set_optimizer_state(self.ppo.optimizer, state["optimizer"])
+        else:  # saved before the first step: no moments yet
+            self.ppo.reset_optimizer()
+        self.intrinsic.set_state_dict(state["intrinsic"])
+
     def save(self, name: str | None = None) -> str:
         path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.update))
-        self.last_checkpoint = save_checkpoint(path, self.state_dict())
+        where = "--saved-path" if self.cfg.saved_path else "--log-path"
+        try:
+            self.last_checkpoint = save_checkpoint(path, self.state_dict())
+        except OSError as e:
+            raise OSError(e.errno, f"{e.strerror} (the folder comes from {where})") from e
         self.saved_update = self.update
         return path
 
@@ -271,7 +318,8 @@ class Trainer:
                     self.embedding_meta[(buf.t, i)] = self.spec.embedding_metadata(info)
             buf.add(*step_out, rewards, dones, obs, infos)
             for i in np.flatnonzero(dones):
-                episodes.append(infos[i])
+                if "episode" in infos[i]:  # not an episode cut by a worker restart
+                    episodes.append(infos[i])
             if self._stop_signal is not None:
                 for a, b in launched:  # leave no step in flight
                     envs.step_wait(a, b)
@@ -302,8 +350,8 @@ class Trainer:
         With more than one CPU thread (``num_threads``), each minibatch's intrinsic-module
         step runs on a second thread while the PPO step runs here: they share no
         parameters, optimizers or random generators, so the result is the sequential one
-        (Paddle's grad mode is per thread). The one difference: on a non-finite PPO loss
-        the intrinsic step of that minibatch has already been applied.
+        (Paddle's grad mode is per thread). A non-finite loss ends the update at once; the
+        caller rolls the whole update back (``train``).
         """
         cfg = self.cfg
         sums, count = collections.defaultdict(float), 0
@@ -399,6 +447,12 @@ class Trainer:
         lg.scalar(tags.ADV_EXT, buf.adv_ext.mean(), step)
         lg.scalar(tags.ADV_INT, buf.adv_int.mean(), step)
         lg.scalar(tags.NAN_UPDATES, self.nan_total, step)
+        restarts = getattr(self.envs, "restart_log", [])
+        if restarts:
+            lg.scalar(tags.WORKER_RESTARTS, len(restarts), step)
+            for line in restarts[self._restarts_reported:]:
+                tqdm_write(f"env worker replaced ({line})")
+            self._restarts_reported = len(restarts)
         lg.scalar(tags.COLLECT_SECONDS, t_collect, step)
         lg.scalar(tags.UPDATE_SECONDS, t_update, step)
         lg.scalar(tags.STEPS_PER_SEC, cfg.rollout_size / max(t_collect + t_update, 1e-9), step)
@@ -448,6 +502,9 @@ class Trainer:
             if not self.obs_norm_ready:
                 obs = self.init_obs_normalizer(obs)
             while self.update < cfg.num_updates and self._stop_signal is None:
+                # the learned state after the last completed update: an update that goes non-finite (or
+                # raises) is rolled back to it, so an update is all or nothing
+                snapshot = _copy_state(self.learned_state())
                 t0 = time.perf_counter()
                 embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
                 with self.math_threads():
@@ -461,10 +518,17 @@ class Trainer:
                 self.buffer.compute_returns_and_advantages(last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma,
                                                            cfg.ext_coef, cfg.int_coef)
                 t1 = time.perf_counter()
-                with self.math_threads():
-                    losses = self.learn()
+                try:
+                    with self.math_threads():
+                        losses = self.learn()
+                    if losses is not None and self._nonfinite_weights():
+                        losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
+                except BaseException:
+                    self.set_learned_state(snapshot)
+                    raise
                 t2 = time.perf_counter()
                 if losses is None:
+                    self.set_learned_state(snapshot)
                     self._nonfinite()
                 else:
                     self.nan_streak = 0
@@ -489,6 +553,8 @@ class Trainer:
             if self.saved_update != self.update:  # the final state is always on disk
                 self.save()
             self._final_hparams()
+        except Exception as e:  # a worker fault, an I/O error, a run of non-finite updates: keep what was learned
+            raise self._stopped_by(e) from e
         finally:
             bar.close()
             for s, h in old_handlers.items():
@@ -500,16 +566,37 @@ class Trainer:
                       run_dir=self.run_dir, stopped_by_signal=self._stop_signal is not None)
         return result
 
+    def _nonfinite_weights(self) -> bool:
+        nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
+        return bool(nonfinite_tensors(nets))
+
     def _nonfinite(self):
+        """Count a rolled-back update; stop after ``max_nan_updates`` of them in a row."""
         self.nan_streak += 1
         self.nan_total += 1
-        warnings.warn(f"update {self.update + 1}: non-finite loss, update skipped "
+        warnings.warn(f"update {self.update + 1}: non-finite loss or weights, update rolled back "
                       f"({self.nan_streak} in a row, {self.nan_total} in total)", RuntimeWarning, stacklevel=2)
+        self.logger.scalar(tags.NAN_UPDATES, self.nan_total, self.global_step + self.cfg.rollout_size)
         if self.nan_streak >= self.cfg.max_nan_updates:
-            where = self.last_checkpoint or "none was written yet"
             raise NonFiniteLossError(
-                f"{self.nan_streak} consecutive updates had a NaN/inf loss; stopping. Last good checkpoint: {where}. "
+                f"{self.nan_streak} consecutive updates had a NaN/inf loss or weights (each rolled back); stopping. "
                 "Try a lower --lr or check the rewards.")
+
+    def _stopped_by(self, error: Exception) -> Exception:
+        """Save the state of the last completed update after ``error``; the exception to raise instead,
+        naming the file. (Every phase leaves that state intact: an update rolls itself back.)"""
+        what = f"{type(error).__name__}: {error}"
+        try:
+            path = self.save()  # (again, if this update was saved: the counters, e.g. nan_total, moved on)
+        except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error
+            why = f"{type(e).__name__}: {e}"
+            if isinstance(error, NonFiniteLossError):
+                return NonFiniteLossError(f"{error} No good state could be saved: {why}")
+            return RunStoppedError(f"{what}\n\nThe state of update {self.update} could not be saved either: {why}")
+        if isinstance(error, NonFiniteLossError):
+            return NonFiniteLossError(f"{error} Last good checkpoint: {path} (update {self.update}).")
+        return RunStoppedError(f"{what}\n\nThe state of update {self.update} was saved to {path}; "
+                               f"continue with --resume {path}", path)
 
     def _run_eval(self) -> None:
         """The greedy episode after this update: played here, or handed to the eval process.
@@ -657,8 +744,27 @@ def tqdm_write(msg: str) -> None:
     tqdm.write(msg)
 
 
+def _check_writable(folder: str, flag: str) -> None:
+    """Raise UnusablePathError unless ``folder`` exists as a writable folder or can be made one."""
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # the deepest existing parent decides
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not writable")
+
+
+#: exit status of a run stopped by a signal (the shell's 128 + signal number)
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
 def run(spec: GameSpec, argv=None) -> dict:
-    """Entry point used by each game's train.py: parse flags, print the config, train."""
+    """Entry point used by each game's train.py: parse flags, print the config, train.
+
+    Exits with a message (status 1) when the run stops on an error, and with 130 / 143
+    after SIGINT / SIGTERM (the checkpoint is saved first), so scripts can tell.
+    """
     import json
 
     from common.config import parse_config
@@ -667,6 +773,16 @@ def run(spec: GameSpec, argv=None) -> dict:
     print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     try:
         trainer = Trainer(spec, cfg)
+    except UnusablePathError as e:  # a flag's value: reported as argparse reports bad flags
+        print(f"{os.path.basename(sys.argv[0]) or spec.name}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     except CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
-    return trainer.train()
+    try:
+        result = trainer.train()
+    except (RunStoppedError, NonFiniteLossError) as e:
+        raise SystemExit(f"error: {e}") from None
+    if result["stopped_by_signal"]:
+        sys.stdout.flush()
+        raise SystemExit(SIGNAL_EXIT.get(trainer._stop_signal, 1))
+    return result

@@ -33,6 +33,14 @@ Contract (shared by :class:`InProcessVecEnv` and :class:`SubprocVecEnv`):
   and reported with its exit code / signal; a worker that hangs is reported after
   ``timeout`` seconds. After a fault the vector env is unusable; ``close()`` still
   ends every worker (close message, join with timeout, SIGTERM, SIGKILL, join).
+* **Restarts** (``SubprocVecEnv(max_restarts=k)``). A worker that dies or hangs while
+  stepping is replaced, at most ``k`` times over the vector env's life: the new process
+  builds the same envs, seeded afresh (``seed + 1_000_003 * restart``), and resets them.
+  The step that was lost reports, for each of those envs, the new first observation,
+  reward 0 and ``done=True`` with ``infos[i]["worker_restart"]`` (the fault) and neither
+  ``final_observation`` nor ``episode`` (the episode was cut, not finished).
+  ``restarts`` counts them; ``restart_log`` describes each. An exception raised by an
+  env itself is not retried (it is usually a bug): it is reported at once.
 
 Design of :class:`SubprocVecEnv` (measured in ``benchmarks/env_throughput.py``):
 
@@ -523,11 +531,15 @@ class SubprocVecEnv(VecEnv):
         start_timeout: seconds for workers to start and build their envs.
         shared_memory: observations through one shared-memory block (default) rather
             than pickled through the pipes.
+        max_restarts: how many times in all a worker that dies or hangs while stepping is
+            replaced (module docstring); 0 = never, the fault is raised.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], num_workers: int, seed: int | None = None,
                  start_method: str = "spawn", timeout: float = 60.0, start_timeout: float = 180.0,
-                 shared_memory: bool = True):
+                 shared_memory: bool = True, max_restarts: int = 0):
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("need at least one env factory")
@@ -548,7 +560,13 @@ class SubprocVecEnv(VecEnv):
         self._unresponsive: set[int] = set()  # hung workers: close() terminates them at once
         # per worker, the env ranges of the steps sent to it and not yet received, in sending order
         self._in_flight: dict[int, list[tuple[int, int]]] = {}
+        self.max_restarts = int(max_restarts)
+        self.restarts = 0
+        self.restart_log: list[str] = []
+        self._replayed: dict[int, list[tuple]] = {}  # per worker, stand-in answers for steps lost in a restart
+        self._seed, self._start_timeout = seed, float(start_timeout)
         ctx = mp.get_context(start_method)
+        self._ctx = ctx
 
         payloads = []
         for start, stop in self._ranges:
@@ -559,27 +577,15 @@ class SubprocVecEnv(VecEnv):
                     f"SubprocVecEnv needs picklable env factories (module-level functions or "
                     f"functools.partial of them); envs {start}..{stop - 1}: {exc!r}") from exc
         hide_main = start_method != "fork" and not any(_pickle_refers_to_main(p) for p in payloads)
+        self._payloads, self._hide_main = payloads, hide_main
 
         self._closed = False
         try:
-            with _worker_launch(hide_main):
-                for w, (start, stop) in enumerate(self._ranges):
-                    parent_end, child_end = ctx.Pipe(duplex=True)
-                    proc = ctx.Process(
-                        target=_worker_main,
-                        args=(child_end, w, start, payloads[w], seed,
-                              parent_end if start_method == "fork" else None),
-                        name=f"VecEnvWorker-{w}", daemon=True)
-                    try:
-                        proc.start()
-                    except BaseException:
-                        parent_end.close()
-                        raise
-                    finally:
-                        child_end.close()
-                    self._processes.append(proc)
-                    self._conns.append(parent_end)
-                    self.worker_pids.append(proc.pid)
+            for w in range(self.num_workers):
+                proc, conn = self._launch(w, seed)
+                self._processes.append(proc)
+                self._conns.append(conn)
+                self.worker_pids.append(proc.pid)
             ready = self._gather(range(self.num_workers), "construction", start_timeout)
             spaces = {(tuple(m[1]), m[2]) for m in ready.values()}
             if len(spaces) > 1:
@@ -600,6 +606,56 @@ class SubprocVecEnv(VecEnv):
             raise
 
     # ---------------------------------------------------------------- internals
+    def _launch(self, w: int, seed: int | None):
+        """Start worker ``w``'s process; returns (process, the parent's end of its pipe)."""
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child_end, w, self._ranges[w][0], self._payloads[w], seed,
+                  parent_end if self.start_method == "fork" else None),
+            name=f"VecEnvWorker-{w}", daemon=True)
+        try:
+            with _worker_launch(self._hide_main):
+                proc.start()
+        except BaseException:
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()
+        return proc, parent_end
+
+    def _replace(self, w: int, reason: str) -> None:
+        """Replace faulty worker ``w`` (see the module docstring); stand-in answers to each of its steps in
+        flight wait in ``_replayed[w]``, oldest first."""
+        old, conn = self._processes[w], self._conns[w]
+        if old.is_alive():
+            old.kill()
+        old.join(timeout=5.0)
+        with contextlib.suppress(Exception):
+            conn.close()
+        self.restarts += 1
+        seed = None if self._seed is None else self._seed + 1_000_003 * self.restarts
+        proc, conn = self._launch(w, seed)
+        self._processes[w], self._conns[w] = proc, conn
+        self.worker_pids[w] = proc.pid
+        self._unresponsive.discard(w)
+        self.restart_log.append(f"restart {self.restarts}/{self.max_restarts}: {reason}; "
+                                f"new worker pid {proc.pid}")
+        self._gather([w], "restart (construction)", self._start_timeout, may_restart=False)
+        if self._shm is not None:
+            conn.send(("shm", (self._shm.name, self._ranges[w][0] * self._obs_size)))
+            self._gather([w], "restart (shared-memory setup)", self._start_timeout, may_restart=False)
+        conn.send(("reset", None))
+        reset = self._gather([w], "restart (reset)", may_restart=False)[w]
+        s = self._ranges[w][0]
+        answers = []
+        for start, stop in self._in_flight.get(w, []):
+            lo, hi = max(start, s) - s, min(stop, self._ranges[w][1]) - s
+            obs = None if self._shm is not None else reset[1][lo:hi]
+            answers.append(("ok", obs, np.zeros(hi - lo, np.float32), np.ones(hi - lo, bool),
+                            [{"worker_restart": reason} for _ in range(hi - lo)]))
+        self._replayed[w] = answers
+
     def _where(self, w: int) -> str:
         start, stop = self._ranges[w]
         envs = f"env {start}" if stop - start == 1 else f"envs {start}-{stop - 1}"
@@ -619,10 +675,14 @@ class SubprocVecEnv(VecEnv):
             f"{_describe_exitcode(proc.exitcode)}",
             start if stop - start == 1 else None, "", w))
 
-    def _gather(self, workers: Iterable[int], phase: str, timeout: float | None = None) -> dict[int, tuple]:
+    def _gather(self, workers: Iterable[int], phase: str, timeout: float | None = None,
+                may_restart: bool = True) -> dict[int, tuple]:
         """Receive one message from each worker; raise EnvWorkerError on an env error,
-        a dead worker or a timeout. Waits on pipes and process sentinels together."""
+        a dead worker or a timeout. Waits on pipes and process sentinels together.
+        While stepping, a worker that dies or hangs is replaced instead while the restart
+        budget lasts (its answer is then the stand-in of ``_replace``)."""
         timeout = self.timeout if timeout is None else timeout
+        restartable = may_restart and phase == "step"
         pending = set(workers)
         results: dict[int, tuple] = {}
         deadline = time.monotonic() + timeout
@@ -632,9 +692,16 @@ class SubprocVecEnv(VecEnv):
                 self._unresponsive.update(pending)
                 w = min(pending)
                 start, stop = self._ranges[w]
-                raise self._fail(EnvWorkerError(
-                    f"Env worker process did not answer within {timeout:g} s during {phase} "
-                    f"({self._where(w)}); hung environment?", start if stop - start == 1 else None, "", w))
+                fault = (f"Env worker process did not answer within {timeout:g} s during {phase} "
+                         f"({self._where(w)}); hung environment?")
+                if restartable and self.restarts < self.max_restarts:
+                    self._replace(w, fault)
+                    results[w] = self._replayed[w].pop(0)
+                    pending.discard(w)
+                    deadline = time.monotonic() + timeout  # the restart's own time is not the others' fault
+                    continue
+                raise self._fail(EnvWorkerError(fault + self._budget_note(restartable),
+                                                start if stop - start == 1 else None, "", w))
             by_conn = {self._conns[w]: w for w in pending}
             by_sentinel = {self._processes[w].sentinel: w for w in pending}
             ready = mp.connection.wait(list(by_conn) + list(by_sentinel), timeout=remaining)
@@ -647,7 +714,16 @@ class SubprocVecEnv(VecEnv):
                         raise EOFError
                     msg = conn.recv()
                 except (EOFError, OSError):
-                    raise self._dead(w, phase) from None
+                    dead = self._dead(w, phase)
+                    if restartable and self.restarts < self.max_restarts:
+                        self._broken = None
+                        self._replace(w, str(dead))
+                        results[w] = self._replayed[w].pop(0)
+                        pending.discard(w)
+                        deadline = time.monotonic() + timeout
+                        continue
+                    raise self._fail(EnvWorkerError(str(dead) + self._budget_note(restartable), dead.env_index,
+                                                    "", w)) from None
                 if msg[0] == "error":
                     _, env_index, what, tb = msg
                     raise self._fail(EnvWorkerError(
@@ -655,6 +731,11 @@ class SubprocVecEnv(VecEnv):
                 results[w] = msg
                 pending.discard(w)
         return results
+
+    def _budget_note(self, restartable: bool) -> str:
+        if not restartable or self.max_restarts == 0:
+            return ""
+        return f" (after {self.restarts} worker restarts, the most allowed)"
 
     def _guard(self) -> None:
         if self._closed:
@@ -723,11 +804,17 @@ class SubprocVecEnv(VecEnv):
         try:
             for w, lo, hi in parts:
                 first = self._ranges[w][0] + lo - start  # this worker's actions in a
+                self._in_flight.setdefault(w, []).append((start, stop))
                 try:
                     self._conns[w].send(("step", (lo, hi, a[first:first + hi - lo].tolist())))
                 except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
-                    raise self._dead(w, "step") from None
-                self._in_flight.setdefault(w, []).append((start, stop))
+                    dead = self._dead(w, "step")
+                    if self.restarts >= self.max_restarts:
+                        self._in_flight[w].pop()
+                        raise self._fail(EnvWorkerError(str(dead) + self._budget_note(True), dead.env_index,
+                                                        "", w)) from None
+                    self._broken = None
+                    self._replace(w, str(dead))  # every step of w in flight, this one too, gets a stand-in
             ok = True
         finally:
             if not ok and self._broken is None:
@@ -743,9 +830,10 @@ class SubprocVecEnv(VecEnv):
             if queue[0] != (start, stop):  # a worker answers in the order it was sent steps
                 raise RuntimeError(f"step_wait for envs {start}..{stop - 1} before envs {queue[0][0]}.."
                                    f"{queue[0][1] - 1}, which were sent to worker {w} first")
+        results = {w: self._replayed[w].pop(0) for w in workers if self._replayed.get(w)}
         ok = False
         try:
-            results = self._gather(workers, "step")
+            results.update(self._gather([w for w in workers if w not in results], "step"))
             ok = True
         finally:
             if not ok and self._broken is None:
@@ -815,10 +903,10 @@ def make_vec_env(env_fns: Sequence[Callable[[], Any]], num_workers: int = 0, see
                  **kwargs) -> VecEnv:
     """``num_workers == 0``: :class:`InProcessVecEnv`; otherwise :class:`SubprocVecEnv`
     with ``num_workers`` processes. Extra keyword arguments are SubprocVecEnv options
-    (``timeout``, ``start_timeout``, ``start_method``, ``shared_memory``); they are
+    (``timeout``, ``start_timeout``, ``start_method``, ``shared_memory``, ``max_restarts``); they are
     accepted and ignored in-process, so one call site serves both."""
     if num_workers <= 0:
-        unknown = set(kwargs) - {"timeout", "start_timeout", "start_method", "shared_memory"}
+        unknown = set(kwargs) - {"timeout", "start_timeout", "start_method", "shared_memory", "max_restarts"}
         if unknown:
             raise TypeError(f"unknown vector-env options {sorted(unknown)}")
         return InProcessVecEnv(env_fns, seed=seed)

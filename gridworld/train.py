@@ -14,7 +14,7 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg  # noqa: E402
+from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
 from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
 
@@ -45,35 +45,32 @@ class GridConfig(TrainConfig):
 
     env_id: str = arg("MiniGrid-DoorKey-5x5-v0", "MiniGrid task id, e.g. MiniGrid-DoorKey-8x8-v0, "
                                                 "MiniGrid-MultiRoom-N2-S4-v0, MiniGrid-KeyCorridorS3R1-v0")
-    num_global_steps: int = arg(1_000_000, "stop after this many agent steps summed over all envs")
-    num_processes: int = arg(16, "number of parallel environments")
-    num_workers: int = arg(-1, "subprocesses hosting the environments (0: one per CPU core; -1: all in the "
-                                "trainer process, the fastest for MiniGrid's cheap envs)")
-    num_local_steps: int = arg(128, "rollout length per environment per update")
-    lr: float = arg(2.5e-4, "Adam learning rate (policy; also the intrinsic networks unless --intrinsic-lr)")
-    gamma: float = arg(0.99, "discount factor of the extrinsic reward")
-    tau: float = arg(0.95, "GAE lambda")
-    batch_size: int = arg(4, "number of minibatches per epoch")
-    num_epochs: int = arg(4, "PPO epochs per update")
-    value_loss: str = arg("mse", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
-    vf_coef: float = arg(0.5, "weight of the value loss")
-    ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
-    int_coef: float = arg(1.0, "weight of the intrinsic advantage")
-    update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
-    norm_adv: bool = arg(True, "standardize the combined advantage per minibatch (RND paper, CleanRL)")
-    int_first_visit: bool = arg(True, "pay the intrinsic reward only for the first visit of a view within an "
-                                      "episode (BeBold/NovelD's episodic restriction; see docs/exploration.md)")
-    target_proportion: float = arg(0.25, "share of each minibatch the SND target is trained on (the SND authors: 1)")
-    snd_max_pairs: int = arg(128, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
-    intrinsic_frames: int = arg(3, "how many observation channels the intrinsic module sees (3: all symbolic "
-                                   "channels: object, colour, state)")
-    obs_norm_steps: int = arg(32, "random-agent steps per env to initialise the observation normalizer")
-    save_interval: int = arg(100, "save a checkpoint every this many updates")
-    eval_interval: int = arg(10, "run a greedy evaluation episode every this many updates (0: never)")
-    video_interval: int = arg(100, "record the evaluation episode to mp4 every this many updates (0: never)")
-    max_actions: int = arg(100, "evaluation stops when the greedy policy repeats one action this many times")
-    max_eval_steps: int = arg(2_000, "hard cap on agent steps in one evaluation episode")
-    embedding_interval: int = arg(0, "log target-network embeddings of recent states every N updates (0: never)")
+    num_global_steps: int = default(1_000_000)
+    num_processes: int = default(16)
+    num_workers: int = default(-1, "in the trainer process: the fastest for MiniGrid's cheap envs")
+    num_local_steps: int = default(128)
+    lr: float = default(2.5e-4)
+    gamma: float = default(0.99)
+    tau: float = default(0.95)
+    batch_size: int = default(4)
+    num_epochs: int = default(4)
+    value_loss: str = default("mse")
+    vf_coef: float = default(0.5)
+    ext_coef: float = default(2.0)
+    int_coef: float = default(1.0)
+    update_proportion: float = default(0.25)
+    norm_adv: bool = default(True)
+    int_first_visit: bool = default(True, "without it RND farmed novelty on KeyCorridor: docs/exploration.md")
+    target_proportion: float = default(0.25, "SND's cost per frame close to RND's")
+    snd_max_pairs: int = default(128)
+    intrinsic_frames: int = default(3, "all symbolic channels: object, colour, state")
+    obs_norm_steps: int = default(32)
+    save_interval: int = default(100)
+    eval_interval: int = default(10)
+    video_interval: int = default(100)
+    max_actions: int = default(100)
+    max_eval_steps: int = default(2_000)
+    embedding_interval: int = default(0)
 
     def validate(self) -> None:
         super().validate()

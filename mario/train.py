@@ -15,7 +15,7 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg  # noqa: E402
+from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
 from mario.env import ACTION_SETS, STACK, OBS_SIZE, make_env  # noqa: E402
 
@@ -35,10 +35,9 @@ class MarioConfig(TrainConfig):
     stage: int = arg(4, "stage 1-4", choices=(1, 2, 3, 4))
     action_type: str = arg("simple", "action set: right (RIGHT_ONLY), simple (SIMPLE_MOVEMENT), "
                                      "complex (COMPLEX_MOVEMENT)", choices=tuple(ACTION_SETS))
-    ext_coef: float = arg(1.0, "weight of the extrinsic advantage")
-    int_coef: float = arg(0.5, "weight of the intrinsic advantage (0 keeps RND training but unused, "
-                               "which is what the tutorial actually ran)")
-    obs_norm_steps: int = arg(128, "random-agent steps per env to initialise the observation normalizer")
+    ext_coef: float = default(1.0, "the tutorial's PPO objective unchanged")
+    int_coef: float = default(0.5, "the RND paper's 2:1 ratio; 0 is what the tutorial actually ran")
+    obs_norm_steps: int = default(128)
 
 
 def env_factory(cfg: MarioConfig, record_path=None):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python montezuma/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg  # noqa: E402
+from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
 from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env  # noqa: E402
 
@@ -28,27 +28,27 @@ from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env  # noqa: E402
 class MontezumaConfig(TrainConfig):
     """PPO + intrinsic reward on Montezuma's Revenge, the RND paper's settings by default."""
 
-    num_global_steps: int = arg(100_000_000, "stop after this many agent steps summed over all envs")
-    num_processes: int = arg(128, "number of parallel environments (alias: --num-envs)")
-    lr: float = arg(1e-4, "Adam learning rate")
-    gamma: float = arg(0.999, "discount factor of the extrinsic reward")
-    tau: float = arg(0.95, "GAE lambda")
-    beta: float = arg(0.001, "entropy bonus coefficient")
-    epsilon: float = arg(0.1, "PPO clipping range")
-    batch_size: int = arg(4, "number of minibatches per epoch")
-    num_epochs: int = arg(4, "PPO epochs per update")
-    num_local_steps: int = arg(128, "rollout length per environment per update")
-    value_loss: str = arg("mse", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
-    vf_coef: float = arg(1.0, "weight of the value loss (0.5 * squared error per head)")
-    clip_reward: bool = arg(True, "sign-clip extrinsic rewards before learning (the RND paper's Atari setting)")
-    ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
-    int_coef: float = arg(1.0, "weight of the intrinsic advantage")
-    intrinsic_frames: int = arg(1, "how many of the latest stacked frames the intrinsic module sees (RND: 1)")
-    obs_norm_steps: int = arg(50 * 128, "random-agent steps per env to initialise the observation normalizer")
-    eval_interval: int = arg(10, "run a greedy evaluation episode every this many updates (0: never)")
-    max_actions: int = arg(4500, "evaluation stops when the greedy policy repeats one action this many times")
-    max_eval_steps: int = arg(4500, "hard cap on agent steps in one evaluation episode")
-    save_interval: int = arg(50, "save a checkpoint every this many updates")
+    num_global_steps: int = default(100_000_000)
+    num_processes: int = default(128, "the RND paper's")
+    lr: float = default(1e-4)
+    gamma: float = default(0.999)
+    tau: float = default(0.95)
+    beta: float = default(0.001)
+    epsilon: float = default(0.1)
+    batch_size: int = default(4)
+    num_epochs: int = default(4)
+    num_local_steps: int = default(128)
+    value_loss: str = default("mse")
+    vf_coef: float = default(1.0, "0.5 * squared error per head")
+    clip_reward: bool = default(True)
+    ext_coef: float = default(2.0)
+    int_coef: float = default(1.0)
+    intrinsic_frames: int = default(1, "RND: the latest frame only")
+    obs_norm_steps: int = default(50 * 128, "the RND paper's 50 x 128")
+    eval_interval: int = default(10)
+    max_actions: int = default(4500)
+    max_eval_steps: int = default(4500)
+    save_interval: int = default(50)
     sticky_prob: float = arg(0.25, "sticky-action probability (the agent's previous action is repeated)")
     max_episode_steps: int = arg(4500, "agent steps per episode before it is cut off")
 
@@ -101,9 +101,6 @@ SPEC = GameSpec(
 def main(argv=None):
     from common.trainer import run
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = ["--num-processes" if a == "--num-envs" else
-            a.replace("--num-envs=", "--num-processes=") if a.startswith("--num-envs=") else a for a in argv]
     return run(SPEC, argv)
 
 

@@ -45,11 +45,18 @@ class DistillationModule(IntrinsicModule):
         self.input_channels = input_channels
         self.update_proportion = float(update_proportion)
         self.obs_rms = RunningMeanStd(shape=(input_channels, h, w))
-        self.predictor_opt = paddle.optimizer.Adam(
-            learning_rate=lr, parameters=predictor.parameters(),
-            grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
+        self.lr, self.max_grad_norm = lr, max_grad_norm
+        self.predictor_opt = self._adam(lr, predictor.parameters())
         self.rng = np.random.default_rng(seed)
         self._norm_cache = None
+
+    def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
+        return paddle.optimizer.Adam(learning_rate=lr, parameters=parameters,
+                                     grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
+
+    def reset_optimizers(self) -> None:
+        """Fresh optimizers (no moments), as before the first update."""
+        self.predictor_opt = self._adam(self.lr, self.predictor.parameters())
 
     # ---- observation normalization ------------------------------------------------
     def _select(self, obs: np.ndarray) -> np.ndarray:
@@ -141,7 +148,10 @@ class DistillationModule(IntrinsicModule):
             raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
         self.target.set_state_dict(state["target"])
         self.predictor.set_state_dict(state["predictor"])
-        set_optimizer_state(self.predictor_opt, state["predictor_opt"])
+        if state["predictor_opt"]:
+            set_optimizer_state(self.predictor_opt, state["predictor_opt"])
+        else:  # saved before the first update (e.g. the snapshot an update is rolled back to)
+            self.reset_optimizers()
         self.obs_rms.set_state_dict(state["obs_rms"])
         self.rng.bit_generator.state = state["rng"]
         self._norm_cache = None

@@ -197,12 +197,18 @@ class _SNDBase(DistillationModule):
         for p in self.target.parameters():
             p.stop_gradient = False
         self.heads = self._make_heads()
+        self.target_lr = target_lr
+        self.target_opt = self._adam(target_lr, self._target_params())
+
+    def _target_params(self) -> list:
         params = list(self.target.parameters())
         if self.heads is not None:
             params += list(self.heads.parameters())
-        self.target_opt = paddle.optimizer.Adam(
-            learning_rate=target_lr, parameters=params,
-            grad_clip=nn.ClipGradByGlobalNorm(max_grad_norm))
+        return params
+
+    def reset_optimizers(self) -> None:
+        super().reset_optimizers()
+        self.target_opt = self._adam(self.target_lr, self._target_params())
 
     def _make_heads(self):
         return None
@@ -246,8 +252,11 @@ class _SNDBase(DistillationModule):
         return state
 
     def set_state_dict(self, state: dict) -> None:
-        super().set_state_dict(state)  # checks the module name first
-        set_optimizer_state(self.target_opt, state["target_opt"])
+        super().set_state_dict(state)  # checks the module name first (and resets every optimizer if unstepped)
+        if state["target_opt"]:
+            set_optimizer_state(self.target_opt, state["target_opt"])
+        else:  # the target never stepped in that state
+            self.target_opt = self._adam(self.target_lr, self._target_params())
         if self.heads is not None:
             self.heads.set_state_dict(state["heads"])
 
