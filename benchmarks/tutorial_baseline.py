@@ -1,9 +1,10 @@
-"""The tutorial's Mario training loop, reimplemented from the seed for side-by-side speed runs.
+"""The tutorial's Mario training loop, reimplemented from its text for side-by-side speed runs.
 
-Written from ``shared/seeds/rnd_ppo_paddle_tutorial.zh.txt`` (``game_env.py``, ``model.py``,
-``rnd_model.py``, ``train.py``) with one change only: the Paddle-3 crash of
-``paddle.concat([mask.sum(), paddle.to_tensor([1.0])])`` on a 0-D tensor (defect 5) is fixed
-by reshaping ``mask.sum()`` to ``[1]``. Everything that costs time is kept as written:
+Written from the Chinese AI Studio tutorial's code (``game_env.py``, ``model.py``,
+``rnd_model.py``, ``train.py``; described in docs/sources.md) with one change only: the Paddle-3
+crash of ``paddle.concat([mask.sum(), paddle.to_tensor([1.0])])`` on a 0-D tensor (defect 5 in
+docs/sources.md) is fixed by reshaping ``mask.sum()`` to ``[1]``. Everything that costs time is
+kept as written:
 
 * ``MultipleEnvironments``: one forked process per env, envs built in the parent, one
   pipe message per env per step carrying a float32 ``[1, 4, 84, 84]`` frame stack (/255.);

@@ -26,7 +26,7 @@ class GridConfig(TrainConfig):
     PPO: 16 envs x 128 steps = 2,048 samples per update, 4 epochs x 4 minibatches of
     512, Adam 2.5e-4, gamma 0.99, GAE lambda 0.95, clip 0.2, entropy 0.01, MSE value
     loss with weight 0.5, grad clip 0.5, advantages standardized per minibatch
-    (``--norm-adv``, as the RND paper's ``normadv`` and CleanRL; without it the
+    (``--norm-adv``, as CleanRL; the RND authors' PPO uses raw advantages; without it the
     normalized intrinsic rewards, ~1e-3 per step here, are smaller than the entropy
     bonus's pull and the curiosity never steers the policy). Intrinsic: the RND
     paper's 2:1 weighting of extrinsic to intrinsic advantages (ext_coef 2,

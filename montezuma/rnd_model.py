@@ -1,8 +1,10 @@
 """RND target and predictor for Montezuma's Revenge (the RND paper's networks).
 
 Same architecture as the tutorial's (``common.intrinsic.networks.ConvFeatureNet``),
-orthogonal initialization with gain sqrt(2) as in the authors' code, and by
-default only the latest frame as input (``--intrinsic-frames 1``).
+orthogonal initialization with gain sqrt(2) as in the authors' code
+(openai/random-network-distillation; CleanRL's port has the same two networks), and by
+default only the latest frame as input (``--intrinsic-frames 1``). The policy network
+(``montezuma/model.py``) is CleanRL's variant, not the authors'.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ p=0.1) and the uniform noise (0.2 * U(-1, 1) on pixels in [0, 1]), both with p=0
 are in the SND authors' code (Iskandor/SND, ``SNDVEncoderAtari.augment``, on the raw
 input before the target sees it); the SND paper and the Japanese SND article add a
 random convolution filter, applied first: "random conv -> random tile mask -> uniform
-noise". ``snd_v_augment`` is that pipeline for 84x84 pixels.
+noise". ``snd_v_augment`` is that pipeline for 84x84 pixels (docs/sources.md, section 4).
 
 Those sizes are for 84x84 Atari frames. ``snd_v_augment_for(hw, value_max)`` sizes the
 same pipeline to another observation: tile sizes and the random-conv kernel scale with

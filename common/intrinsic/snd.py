@@ -20,7 +20,7 @@ unweighted terms; ``snd_target`` is the weighted total that was minimized).
 
 The loss terms are standalone functions so that they can be checked against numpy.
 Constants are from the authors' code (Iskandor/SND: ``modules/encoders/EncoderAtari.py``
-and ``modules/rnd_models/RNDModelAtari.py``) as summarised in ``REFERENCE.md``.
+and ``modules/rnd_models/RNDModelAtari.py``); docs/sources.md (section 4) sets them out.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from common.intrinsic.rnd import DistillationModule
 # SND-V: the magnitude regularizer only acts above this mean squared feature size
 # (authors' SNDVEncoderAtari.loss_function: relu(magnitude - 200)).
 SNDV_MAGNITUDE_LIMIT = 200.0
-# SND-STD regularizer weights beta1 (feature std) and beta2 (score size), REFERENCE.md / the article.
+# SND-STD regularizer weights beta1 (feature std) and beta2 (score size): the authors' code and the paper.
 STDIM_BETA1 = 1e-4
 STDIM_BETA2 = 1e-4
 # SND-VIC weights (authors' VICRegEncoderAtari: la=1, mu=1, nu=1/25) and the std epsilon.
