@@ -109,7 +109,7 @@ class TrainConfig:
     value_loss: str = arg("smooth_l1", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
     vf_coef: float = arg(1.0, "weight of the value loss")
     clip_reward: bool = arg(False, "sign-clip extrinsic rewards before learning (the RND paper's Atari setting)")
-    norm_adv: bool = arg(False, "standardize the combined advantage per minibatch (RND paper, CleanRL); off: the "
+    norm_adv: bool = arg(False, "standardize the advantage per minibatch (CleanRL); off: the RND authors' and the "
                                 "tutorial's raw advantages")
 
     # --- intrinsic reward ----------------------------------------------------------------

@@ -1,11 +1,16 @@
-"""The RND paper's CNN actor-critic with two value heads (extrinsic, intrinsic).
+"""CleanRL's variant of the RND paper's CNN actor-critic, with two value heads (extrinsic, intrinsic).
 
 Conv(32, 8x8/4) - ReLU - Conv(64, 4x4/2) - ReLU - Conv(64, 3x3/1) - ReLU - flatten (3136)
 - Linear(3136, 256) - ReLU - Linear(256, 448) - ReLU = h.
 Policy: Linear(448, 448) - ReLU - Linear(448, A). Values: v = Linear(448, 1)(h + ReLU(Linear(448, 448)(h)))
-for each stream (a residual "extra layer" shared by both heads, as in the authors' code).
-Orthogonal initialization, gain sqrt(2) for hidden layers, 0.01 for the policy
-logits and 0.01 for the value heads, zero biases; set per layer.
+for each stream (one residual "extra layer" shared by the two value heads).
+This is the layout of CleanRL's ``ppo_rnd_envpool.py``. The RND authors' network
+(openai/random-network-distillation, ``policies/cnn_policy_param_matched.py``) has a 4x4 third
+convolution (2,304 features) and a residual extra layer in the policy head too. The network is
+kept as it is: checkpoints and the speed measurements depend on it (README, Montezuma deviation 21).
+Orthogonal initialization, zero biases, set per layer: gain sqrt(2) for the convolutions, the two
+trunk layers and the policy's hidden layer (CleanRL: 0.01 there), 0.1 for the extra layer, 0.01
+for the policy logits and the value heads.
 """
 from __future__ import annotations
 
