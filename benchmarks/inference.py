@@ -3,14 +3,14 @@
 1. Forward pass of each game's policy (uint8 frames in, numpy out) at several batch sizes, one
    thread, with a busy process on another core (as an env worker would be): median ms for the
    dygraph network (``--inference dygraph``), the native engine (``native``, the default:
-   oneDNN primitives + numpy, ``common/native.py``), the fp32 predictor (``onednn``) and the
+   oneDNN primitives + numpy, ``common/cpu/native.py``), the fp32 predictor (``onednn``) and the
    bf16 predictor (``onednn-bf16``), and each one's speed-up over dygraph.
 2. ``Trainer.collect`` with each engine, alternating, in one trainer with the default vector
    env (one worker per core): Montezuma 8 and 128 envs, Mario 6 envs; agent steps/s and the
    ratio against dygraph. (The predictors only take batches of at least
-   ``InferenceEngine.min_batch``; smaller ones stay on dygraph, see ``common/inference.py``.)
+   ``InferenceEngine.min_batch``; smaller ones stay on dygraph, see ``common/cpu/predictor.py``.)
    "dygraph" is the training network, whose convolutions run on oneDNN as well when
-   ``common.onednn_conv`` is available.
+   ``common.cpu.onednn`` is available.
 
     python benchmarks/inference.py                  # ~4 min
     python benchmarks/inference.py --skip collect
@@ -51,9 +51,9 @@ def forward_table(batches, repeats: int) -> None:
     import paddle
 
     from common.device import set_device
-    from common.inference import InferenceEngine
-    from common.native import NativeEngine
-    from common.ppo import obs_to_tensor
+    from common.cpu.predictor import InferenceEngine
+    from common.cpu.native import NativeEngine
+    from common.cpu import unit_floats as obs_to_tensor
     from mario.model import MARIO
     from montezuma.model import RNDPolicy
 
@@ -90,9 +90,10 @@ def forward_table(batches, repeats: int) -> None:
 def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
     import tempfile
 
+    from common.actor import Actor
     from common.config import parse_config
-    from common.inference import InferenceEngine
-    from common.native import NativeEngine
+    from common.cpu.predictor import InferenceEngine
+    from common.cpu.native import NativeEngine
     from common.trainer import Trainer
 
     if game == "mario":
@@ -114,7 +115,7 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
             rates = {m: [] for m in MODES}
             for _ in range(rounds):
                 for m in MODES:
-                    tr.ppo.use_engine(engines[m])  # refreshed on first use, inside the timing, as in training
+                    tr.actor = Actor(tr.policy, engines[m])  # refreshed on first use, inside the timing, as in training
                     with tr.math_threads():
                         t = time.perf_counter()
                         obs, _ = tr.collect(obs)
@@ -122,7 +123,7 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
             med = {m: statistics.median(r) for m, r in rates.items()}
             print(f"{game:<10} {num_envs:>4} envs  " + "  ".join(f"{m} {med[m]:>7.0f}" for m in MODES) + "  "
                   + "  ".join(f"{m}/dygraph {med[m] / med['dygraph']:.2f}x" for m in MODES[1:]), flush=True)
-            tr.ppo.use_engine(None)
+            tr.actor = Actor(tr.policy)
             for m in ("fp32", "bf16"):
                 engines[m].close()
         finally:

@@ -69,7 +69,7 @@ def child_project(game: str, argv: list[str], out: str) -> None:
             return r
         return wrapper
 
-    orig_log_eval = tr._log_eval
+    orig_log_eval = tr.log.eval
 
     def log_eval(ev, *a, **k):  # every eval result, in the trainer or from the eval process
         phases["eval_steps"].append(int(ev["length"]))
@@ -78,14 +78,14 @@ def child_project(game: str, argv: list[str], out: str) -> None:
         orig_log_eval(ev, *a, **k)
         marks["last"] = time.perf_counter()
 
-    tr._log_eval = log_eval
-    orig_run_eval = tr._run_eval
+    tr.log.eval = log_eval
+    orig_start_eval = tr.evals.start
 
-    def run_eval():  # in the background: returns once the eval is handed over
-        orig_run_eval()
+    def start_eval(*a, **k):  # in the background: returns once the eval is handed over
+        orig_start_eval(*a, **k)
         marks["handed_over"] = time.perf_counter()
 
-    tr._run_eval = run_eval
+    tr.evals.start = start_eval
 
     orig_norm = tr.init_obs_normalizer
 
@@ -101,7 +101,7 @@ def child_project(game: str, argv: list[str], out: str) -> None:
     tr.train()
     # the training loop's time on evals: the whole episode in the trainer, or (eval_in_background) the
     # snapshot, the hand-over and any wait for the eval process
-    phases["eval"] = [tr.eval_seconds]
+    phases["eval"] = [tr.evals.seconds]
     phases["loop"] = marks["last"] - marks["first"]
     # steady state: without the wait for the last update's eval, which the next update would overlap
     phases["loop_steady"] = max(marks.get("handed_over", marks["last"]), marks["last_update"]) - marks["first"]

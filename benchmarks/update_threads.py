@@ -5,7 +5,7 @@ distillation on its 25 % share) at the Mario minibatch of the tutorial's setting
 (6 x 512 / 16 = 192) and at Montezuma's 8 x 128 / 4 = 256, alternating 1 and N threads
 so that a change in the machine's load hits both settings alike. ``--lever shards`` (the
 trainer's ``--num-threads``) splits each convolution batch into N shards on N threads
-(``common/fast_ops.py``); ``--lever paddle`` sets Paddle's own math threads
+(``common/cpu/fused.py``); ``--lever paddle`` sets Paddle's own math threads
 (``paddle.base.core.set_num_threads``), which the trainer does not use. Prints the median
 and minimum per setting.
 
@@ -65,7 +65,7 @@ def main(argv=None):
     import paddle
 
     from common.device import set_device
-    from common.fast_ops import set_num_shards
+    from common.cpu.fused import set_num_shards
 
     set_device("cpu")  # also the trainer's host-allocator tuning
     paddle.seed(0)

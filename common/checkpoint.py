@@ -20,6 +20,7 @@ does. The files themselves are unchanged: plain ``paddle.load`` still reads them
 """
 from __future__ import annotations
 
+import copy
 import io
 import os
 import pickle
@@ -248,3 +249,16 @@ def set_optimizer_state(optimizer, state: dict) -> None:
             key = f"{params[int(idx)].name}_{rest}"
         renamed[key] = value
     optimizer.set_state_dict(renamed)
+
+
+def copy_state(obj):
+    """A copy of a (nested) state dict that later training steps cannot change."""
+    if isinstance(obj, paddle.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if isinstance(obj, dict):
+        return {k: copy_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(copy_state(v) for v in obj)
+    return copy.deepcopy(obj)

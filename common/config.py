@@ -18,6 +18,29 @@ import typing
 from dataclasses import dataclass, field
 
 
+class UnusablePathError(ValueError):
+    """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
+
+
+def check_writable(folder: str, flag: str) -> None:
+    """Raise UnusablePathError unless ``folder`` exists as a writable folder or can be made one."""
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # the deepest existing parent decides
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not writable")
+
+
+def make_folder(folder: str, flag: str, value: str) -> None:
+    """``os.makedirs(folder)``, or UnusablePathError naming the flag (and its value) that chose it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UnusablePathError(f"{flag} {value!r} is unusable: cannot create {folder}: {e.strerror}") from None
+
+
 def arg(default, help: str, choices=None, aliases=(), **kw):
     """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``)."""
     return field(default=default, metadata={"help": help, "choices": choices, "aliases": tuple(aliases), **kw})

@@ -35,7 +35,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common.checkpoint import optimizer_state, set_optimizer_state
-from common.fast_ops import conv_stack
+from common.nets import Net
 
 #: (out_channels, kernel, stride) of the DQN image block
 DQN_BLOCK = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -74,7 +74,7 @@ def keras_attrs():
             paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)))
 
 
-class DQNConvNet(nn.Layer):
+class DQNConvNet(Net):
     """The DQN image block and a dense head: float32[B, C, H, H] in [0, 1] -> float32[B, out_dim].
 
     ``hidden``: sizes of ReLU dense layers after the block (Q network: (512,), then
@@ -99,13 +99,13 @@ class DQNConvNet(nn.Layer):
         w, b = keras_attrs()
         layers.append(nn.Linear(d, out_dim, weight_attr=w, bias_attr=b))
         self.head = nn.Sequential(*layers)
+        self.flatten = nn.Flatten()
         self.out_dim = out_dim
         self.padding = padding
+        self._trunk = [m for conv in self.convs for m in (conv, nn.ReLU())]  # a plain list: names stay convs.i.*
 
-    def forward(self, x):
-        # = relu(conv(x)) per layer; fused and batch-sharded on CPU where possible (common/fast_ops.py)
-        x = conv_stack([(conv, 0.0) for conv in self.convs], x)
-        return self.head(paddle.flatten(x, 1))
+    def compute(self, x, run):
+        return run(self.head, run(self.flatten, run(self._trunk, x)))
 
 
 def to_float(obs: np.ndarray) -> paddle.Tensor:

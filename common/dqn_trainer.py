@@ -38,6 +38,7 @@ second Ctrl-C aborts.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import math
@@ -57,7 +58,7 @@ paddle = require_paddle()
 
 from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint  # noqa: E402
 from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
-from common.fast_ops import set_num_shards  # noqa: E402
+from common import cpu  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.replay import ReplayMemory  # noqa: E402
@@ -441,12 +442,12 @@ class DQNTrainer:
         stats = _Mean()
         int_rewards = []
         recent = []
-        old_shards = None
+        threads = contextlib.ExitStack()
         try:
             if self._parallel():
                 self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snd-update")
-            elif cfg.device == "cpu" and self._threads() > 1:
-                old_shards = set_num_shards(self._threads())
+            else:
+                threads.enter_context(cpu.threads(self._threads()))
             self._env = self.spec.env_factory(cfg, None)()
             obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)
             self.memory.start_episode(obs[-1])
@@ -505,12 +506,12 @@ class DQNTrainer:
                         lg.scalar("intrinsic/reward_mean", float(np.mean(int_rewards)), step)
                         lg.scalar("intrinsic/reward_max", float(np.max(int_rewards)), step)
                         int_rewards = []
-                    dt, cpu = max(now - t_log, 1e-9), time.process_time()
+                    dt, cpu_now = max(now - t_log, 1e-9), time.process_time()
                     lg.scalar("perf/train_steps_per_sec", (step - train_log) / dt, step)
                     lg.scalar("perf/env_steps_per_sec", (self.env_steps - env_log) / dt, step)
                     # CPU seconds of all the process' threads: what a step costs, whatever else loads the machine
-                    lg.scalar("perf/cpu_ms_per_train_step", 1000 * (cpu - cpu_log) / max(step - train_log, 1), step)
-                    t_log, cpu_log, env_log, train_log = now, cpu, self.env_steps, step
+                    lg.scalar("perf/cpu_ms_per_train_step", 1000 * (cpu_now - cpu_log) / max(step - train_log, 1), step)
+                    t_log, cpu_log, env_log, train_log = now, cpu_now, self.env_steps, step
                     lg.flush()
                 if cfg.eval_interval and step % cfg.eval_interval == 0:
                     self.last_eval = self.evaluate()
@@ -531,8 +532,7 @@ class DQNTrainer:
             bar.close()
             for s, h in old_handlers.items():
                 signal.signal(s, h)
-            if old_shards is not None:
-                set_num_shards(old_shards)
+            threads.close()
             self.close()
         result = {"train_steps": self.train_count, "env_steps": self.env_steps, "episodes": self.episodes,
                   "checkpoint": self.last_checkpoint, "run_dir": self.run_dir,

@@ -1,28 +1,33 @@
-"""The greedy evaluation episode in a separate process, while the trainer keeps training.
+"""Greedy evaluation episodes: one module for the in-process and the background path.
+
+``Evaluations(spec, cfg, new_intrinsic)`` evaluates snapshots of the trainer's state::
+
+    evals.start(snapshot, seed, record_path)   # a copy of Trainer.state_dict() after update k
+    for result, snapshot in evals.finished(block=False):
+        ...                                    # log it; a "level solved" checkpoint is the snapshot
+    evals.close(cancel=True)
+
+Each episode is the tutorial's greedy rule (``common.play.greedy_episode``: argmax of the
+policy, stopped after ``max_actions`` repeats of one action). With ``eval_in_background``
+it plays in a separate process (``BackgroundEvaluator``) while the next update runs, at
+most one at a time (a new ``start`` first waits for the previous result, so every
+requested update is evaluated); otherwise ``start`` plays it at once, in this process, on
+its own copy of the policy. Either way the eval intrinsic reward (summed over the
+episode's observations) is computed here with a copy of the snapshot's intrinsic
+module. A result is ``{"return", "length", "intrinsic", "info", "strip", "video"}``.
 
 ``BackgroundEvaluator(module, cfg_dict)`` spawns one process that imports the game's
 spec (``module.SPEC``, e.g. ``mario.train``), builds the policy and an eval env once,
-and then plays one greedy episode (``common.play.greedy_episode``, the tutorial's
-rule) per request::
+and then plays one greedy episode per request (``submit``/``poll``/``wait``/``close``); a
+result carries the episode's observation stacks and its wall time (``seconds``).
+On a 2-core machine the update phase runs on one core; the eval episode (emulator +
+batch-1 policy forward, one math thread) takes the other.
 
-    ev = BackgroundEvaluator("mario.train", cfg.to_dict())
-    ev.submit(weights, seed, record_path)   # numpy state dict of the policy after update k
-    ...                                     # update k + 1 runs meanwhile
-    out = ev.poll()                         # None while the episode runs, else its result
-    out = ev.wait()                         # blocks until the result is there
-    ev.close()                              # or ev.close(cancel=True): terminate at once
-
-A result is ``{"stacks": uint8[L+1, C, H, W], "return", "length", "info", "strip",
-"video", "seconds"}`` (the episode's wall time in the eval process): the trainer computes the eval intrinsic reward from the stacks itself.
-At most one request is in flight (``busy``). On a 2-core machine the update phase
-runs on one core; the eval episode (emulator + batch-1 policy forward, one math
-thread) takes the other.
-
-Faults: an exception in the eval process reaches the caller of ``poll``/``wait`` as
-:class:`EvalProcessError` carrying the formatted traceback; a process that dies
-(segfault, SIGKILL) is reported with its exit code. The process is daemonic, started
-with SIGINT ignored (Ctrl-C reaches the trainer alone) and one math thread, and
-without the parent's ``__main__`` (spawn would re-import the training script).
+Faults: an exception in the eval process reaches the caller as :class:`EvalProcessError`
+carrying the formatted traceback; a process that dies (segfault, SIGKILL) is reported
+with its exit code. The process is daemonic, started with SIGINT ignored (Ctrl-C reaches
+the trainer alone) and one math thread, and without the parent's ``__main__`` (spawn
+would re-import the training script).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
+import sys
 import time
 import traceback
 
@@ -189,4 +195,135 @@ class BackgroundEvaluator:
         self.busy = False
 
 
-__all__ = ["BackgroundEvaluator", "EvalProcessError"]
+class Evaluations:
+    """Greedy eval episodes of trainer snapshots, in this process or in the background (module docstring).
+
+    Args:
+        spec: the game's ``GameSpec``; cfg: the run's config (``eval_in_background``,
+            ``max_actions``, ``max_eval_steps``, ``device``).
+        new_intrinsic: a factory of the run's intrinsic module (the eval reward is computed
+            with a copy loaded from the snapshot).
+        stopping: ``() -> bool``, True once the run is stopping (Ctrl-C): a blocking wait for the
+            background episode then gives up (the caller cancels it).
+    """
+
+    def __init__(self, spec, cfg, new_intrinsic, stopping=lambda: False):
+        self.spec, self.cfg, self._new_intrinsic, self._stopping = spec, cfg, new_intrinsic, stopping
+        self._background = None   # the eval process, started at the first background eval
+        self._policy = None       # in-process: this module's copy of the policy
+        self._env = None          # in-process: the eval env (a recording env is built per episode)
+        self._intrinsic = None    # the module copy that scores an episode's observations
+        self._pending = None      # the snapshot the background process is playing
+        self._done: list = []     # (result, snapshot) ready to be handed out
+        self.seconds = 0.0        # time the training loop spent here (background: hand-over and waiting)
+
+    def start(self, snapshot: dict, seed: int, record_path: str | None = None) -> None:
+        """Evaluate ``snapshot`` (a copy of ``Trainer.state_dict()``, kept until its result is handed out)."""
+        t = time.perf_counter()
+        if self.cfg.eval_in_background:
+            self._collect(block=True)  # one episode in flight at a time
+            if self._pending is not None:  # the run is stopping: no new episode
+                return
+            if self._background is None:
+                self._background = BackgroundEvaluator(spec_module(self.spec), self.cfg.to_dict())
+            self._background.submit({k: v.numpy() for k, v in snapshot["policy"].items()}, seed, record_path)
+            self._pending = snapshot
+        else:
+            result = self._play_here(snapshot, seed, record_path)
+            result["intrinsic"] = self._intrinsic_reward(result.pop("stacks"), snapshot)
+            self._done.append((result, snapshot))
+        self.seconds += time.perf_counter() - t
+
+    def finished(self, block: bool = False) -> list:
+        """The evaluations whose results arrived, as ``[(result, snapshot)]`` (``block``: wait for the
+        one in flight)."""
+        t = time.perf_counter()
+        self._collect(block)
+        out, self._done = self._done, []
+        self.seconds += time.perf_counter() - t
+        return out
+
+    def close(self, cancel: bool = False) -> None:
+        """End the eval process (``cancel``: at once, dropping an episode in flight) and the eval env."""
+        if self._background is not None:
+            self._background.close(cancel=cancel)
+            self._background = None
+        self._pending = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    # ------------------------------------------------------------------ internals
+    def _collect(self, block: bool) -> None:
+        if self._pending is None:
+            return
+        result = self._background.poll()
+        while result is None and block and not self._stopping():
+            result = self._background.wait(timeout=0.2)
+        if result is not None:
+            snapshot, self._pending = self._pending, None
+            result["intrinsic"] = self._intrinsic_reward(result.pop("stacks"), snapshot)
+            self._done.append((result, snapshot))
+
+    def _play_here(self, snapshot: dict, seed: int, record_path: str | None) -> dict:
+        from common.play import frame_strip, greedy_episode
+
+        spec, cfg = self.spec, self.cfg
+        if self._policy is None:
+            self._policy = spec.make_policy(cfg, *spec.spaces(cfg))
+        self._policy.set_state_dict(snapshot["policy"])
+        if record_path:
+            env = spec.env_factory(cfg, record_path)()
+        else:
+            if self._env is None:
+                self._env = spec.env_factory(cfg, None)()
+            env = self._env
+        rgb = []  # a few RGB screens of the episode, for the eval/frames picture
+        try:
+            stacks, ret, steps, info = greedy_episode(self._policy, env, seed, cfg.max_actions, cfg.max_eval_steps,
+                                                      rgb_frames=rgb)
+        finally:
+            if record_path:
+                env.close()
+        return {"stacks": stacks, "return": ret, "length": steps, "info": info, "strip": frame_strip(stacks, rgb),
+                "video": record_path}
+
+    def _intrinsic_reward(self, stacks, snapshot: dict) -> float:
+        """Summed intrinsic reward of the episode's s_1 .. s_L under the snapshot's module, in one pass."""
+        if len(stacks) <= 1 or self.cfg.intrinsic == "none":
+            return 0.0
+        if self._intrinsic is None:
+            self._intrinsic = self._new_intrinsic()
+        self._intrinsic.set_state_dict(snapshot["intrinsic"])
+        return float(self._intrinsic.reward(stacks[1:]).sum())
+
+
+def spec_module(spec) -> str:
+    """The importable module that defines ``spec`` as ``SPEC`` (``mario.train``), for the eval process.
+
+    Found from the spec's ``make_policy``; when that is the running script (``python mario/train.py``),
+    from the script's path under the first ``sys.path`` entry that reaches it through packages.
+    """
+    name = spec.make_policy.__module__
+    if name != "__main__":
+        return name
+    main = sys.modules["__main__"]
+    if getattr(main, "__spec__", None) is not None and main.__spec__.name:  # python -m mario.train
+        return main.__spec__.name
+    path = os.path.splitext(os.path.abspath(main.__file__))[0]
+    best = None
+    for root in sys.path:
+        root = os.path.abspath(root or os.curdir)
+        if not path.startswith(root + os.sep):
+            continue
+        parts = os.path.relpath(path, root).split(os.sep)
+        if all(os.path.isfile(os.path.join(root, *parts[:i], "__init__.py")) for i in range(1, len(parts))):
+            if best is None or len(parts) > len(best):
+                best = parts
+    if best is None:
+        raise RuntimeError(f"cannot find an importable module name for {main.__file__}; "
+                           "run with --no-eval-in-background")
+    return ".".join(best)
+
+
+__all__ = ["BackgroundEvaluator", "EvalProcessError", "Evaluations", "spec_module"]

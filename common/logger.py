@@ -42,6 +42,27 @@ EVAL_FRAMES = "eval/frames"
 EMBEDDING = "intrinsic/target_features"
 
 
+#: VisualDL 2.5.3's embedding page cuts vectors to this many dimensions, wrongly (see project_for_visualdl)
+VISUALDL_MAX_DIM = 200
+
+
+def project_for_visualdl(mat: np.ndarray) -> np.ndarray:
+    """float32[B, D] -> the same points in at most ``VISUALDL_MAX_DIM`` dimensions.
+
+    VisualDL 2.5.3's high-dimensional page truncates vectors above 200 dimensions with an
+    indexing slip (its ``parser.js`` reads ``d[c + f]`` for ``d[c * dim + f]``), which zeroes
+    all but the first vectors, so its PCA view shows two or three dots whatever the data.
+    Here such vectors are centered and expressed in their top principal axes instead: PCA,
+    t-SNE and UMAP see the same geometry (exactly so for up to 201 points, which span at
+    most 200 dimensions once centered; otherwise the 200 largest-variance directions).
+    """
+    if mat.ndim != 2 or mat.shape[1] <= VISUALDL_MAX_DIM:
+        return mat
+    centered = mat - mat.mean(axis=0, keepdims=True)
+    _, _, vt = np.linalg.svd(centered.astype(np.float64), full_matrices=False)
+    return (centered @ vt[:VISUALDL_MAX_DIM].T.astype(np.float32)).astype(np.float32)
+
+
 class Logger:
     """Writes scalars/histograms/images/embeddings to VisualDL under ``run_dir``.
 
@@ -103,7 +124,7 @@ class Logger:
         given row-major rows it would record one embedding per column. A tag keeps only its
         first record in VisualDL's high-dimensional view, so log each snapshot under its own tag.
         """
-        mat = np.asarray(mat, np.float32)
+        mat = project_for_visualdl(np.asarray(mat, np.float32))
         rows = [[str(v) for v in m] if isinstance(m, (list, tuple)) else [str(m)] for m in metadata]
         if len(rows) != len(mat):
             raise ValueError(f"embeddings {tag!r}: {len(mat)} vectors but {len(rows)} metadata rows")
@@ -134,6 +155,114 @@ class Logger:
             self.writer.close()
         with contextlib.suppress(OSError):
             self._jsonl.close()
+
+
+class RunLog:
+    """What a PPO run logs after each update and each evaluation, on top of a ``Logger``.
+
+    Keeps the recent training episodes (progress line) and every place the run's episodes
+    visited (``spec.visited``: Montezuma's rooms), which is checkpointed (``visited``).
+    ``spec`` is the game's ``GameSpec`` (episode metrics, action names, visited places).
+    """
+
+    def __init__(self, logger: Logger, spec, cfg, num_actions: int):
+        import collections
+
+        self.lg, self.spec, self.cfg, self.num_actions = logger, spec, cfg, num_actions
+        self.recent = collections.deque(maxlen=20)  # metrics of recent finished training episodes
+        self.visited: set = set()
+        self._restarts_reported = 0
+
+    def update(self, update: int, step: int, buf, losses: dict | None, raw_int, *, gate_share=None,
+               int_return_std: float = 0.0, nonfinite: int = 0, restart_log=(), seconds=(0.0, 0.0),
+               episodes=()) -> list[str]:
+        """Scalars of one update (the tutorial's tags at ``update``, the rest at ``step``) and its
+        finished episodes; returns the lines worth printing (env worker restarts)."""
+        lg, cfg = self.lg, self.cfg
+        lg.scalar(TRAINING_REWARD, buf.rewards_ext.mean(axis=1).sum(), update)  # the tutorial's definition
+        if losses:
+            lg.scalar(TOTAL_LOSS, losses["total"], update)
+            if "forward" in losses:
+                lg.scalar(FORWARD_LOSS, losses["forward"], update)
+            lg.scalars("losses", losses, step)
+        lg.scalar(INT_REWARD_RAW, raw_int.mean(), step)
+        if gate_share is not None:
+            lg.scalar(FIRST_VISIT_SHARE, gate_share.mean(), step)
+        names = self.spec.action_names(cfg) if self.spec.action_names is not None else None
+        shares = np.bincount(buf.actions.ravel(), minlength=self.num_actions) / buf.actions.size
+        for a, share in enumerate(shares):  # what the policy does (e.g. novelty farming by pickup/drop)
+            lg.scalar(f"{ACTION_SHARE}/{names[a] if names else a}", share, step)
+        lg.scalar(INT_REWARD_MEAN, buf.rewards_int.mean(), step)
+        lg.scalar(INT_REWARD_MAX, buf.rewards_int.max(), step)
+        lg.scalar(INT_RETURN_STD, int_return_std, step)
+        lg.scalar(ADV_EXT, buf.adv_ext.mean(), step)
+        lg.scalar(ADV_INT, buf.adv_int.mean(), step)
+        lg.scalar(NAN_UPDATES, nonfinite, step)
+        notes = []
+        if restart_log:
+            lg.scalar(WORKER_RESTARTS, len(restart_log), step)
+            notes = [f"env worker replaced ({line})" for line in restart_log[self._restarts_reported:]]
+            self._restarts_reported = len(restart_log)
+        t_collect, t_update = seconds
+        lg.scalar(COLLECT_SECONDS, t_collect, step)
+        lg.scalar(UPDATE_SECONDS, t_update, step)
+        lg.scalar(STEPS_PER_SEC, cfg.rollout_size / max(t_collect + t_update, 1e-9), step)
+        for info in episodes:
+            ep = info["episode"]
+            metrics = {"return": ep["r"], "length": ep["l"], **self.spec.episode_metrics(info)}
+            self.recent.append(metrics)
+            lg.scalars("episode", metrics, step)
+            if self.spec.visited is not None:
+                self.visited.update(self.spec.visited(info))
+        if self.spec.visited is not None:
+            lg.scalar(f"charts/{self.spec.visited_name}_visited_total", len(self.visited), step)
+        if cfg.histogram_interval and update % cfg.histogram_interval == 0:
+            lg.histogram(HIST_INT_REWARD, buf.rewards_int, step)
+            lg.histogram(HIST_ADVANTAGE, buf.advantages, step)
+        return notes
+
+    def eval(self, result: dict, update: int, step: int) -> None:
+        """One greedy eval episode of the policy after ``update``, at that update's step."""
+        lg = self.lg
+        lg.scalar(EVAL_EXTRINSIC, result["return"], update)
+        lg.scalar(EVAL_INTRINSIC, result["intrinsic"], update)
+        lg.scalar("eval/return", result["return"], step)
+        lg.scalar("eval/length", result["length"], step)
+        lg.scalars("eval", self.spec.episode_metrics(result["info"]), step)
+        lg.image(EVAL_FRAMES, result["strip"], update)
+
+    def embeddings(self, update: int, buf, meta: dict, features, rng: np.random.Generator) -> None:
+        """Target features (``features(uint8 obs) -> float[B, D]``) of up to 256 of the rollout's states,
+        labelled by the game (``meta``: {(t, env): labels}, e.g. x_pos, room).
+
+        One tag per snapshot (``intrinsic/target_features/update_000050``): VisualDL 2.5.3
+        shows only the first record of an embedding tag.
+        """
+        keys = list(meta)
+        if not keys:
+            return
+        pick = rng.choice(len(keys), size=min(256, len(keys)), replace=False)
+        # s_{t+1} of step t; the true terminal frame where the episode ended (the info's state)
+        obs = np.stack([buf.terminal_obs.get(keys[k], buf.obs[keys[k][0] + 1, keys[k][1]]) for k in pick])
+        self.lg.embeddings(f"{EMBEDDING}/update_{update:06d}", features(obs), [meta[keys[k]] for k in pick],
+                           list(self.spec.embedding_header))
+
+    def progress(self, update: int, losses: dict | None) -> str:
+        """The progress bar's text: update, speed, recent episode metrics, loss."""
+        parts = [f"upd {update}/{self.cfg.num_updates}", f"{self.lg.last.get(STEPS_PER_SEC, 0):.0f} steps/s"]
+        if self.recent:
+            keys = self.recent[-1].keys()
+            parts += [f"{k} {np.mean([m.get(k, 0) for m in self.recent]):.3g}" for k in keys if k != "length"]
+        if losses:
+            parts.append(f"loss {losses['total']:.3g}")
+        return ", ".join(parts)
+
+    def hparams(self) -> None:
+        """The run's config against its final metrics (VisualDL's hyperparameter view)."""
+        metrics = [TRAINING_REWARD, EVAL_EXTRINSIC, "eval/return", "episode/return"]
+        keys = [*(self.recent[-1].keys() if self.recent else ()), *self.spec.episode_metrics({})]
+        metrics = list(dict.fromkeys(metrics + [f"{p}/{k}" for p in ("eval", "episode") for k in keys]))
+        self.lg.hparams(dict(self.cfg.to_dict()), metrics)
 
 
 def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -136,3 +136,41 @@ class FirstVisitGate:
     def reset(self) -> None:
         """Forget every episode (the envs were reset, e.g. on resume)."""
         self.seen = None
+
+
+class IntrinsicRewardScale:
+    """What the agent is paid for novelty: RND's scaling, with the optional first-visit gate.
+
+    ``scale(raw, ...)`` takes the raw novelty of a rollout, float[T, N], multiplies it by
+    the ``FirstVisitGate`` (when ``first_visit``), and divides it by the running std of the
+    discounted intrinsic return, computed along time per env (``RewardForwardFilter`` +
+    ``RunningMeanStd``), as the RND paper does. Its state (filter and statistics, not the
+    gate's per-episode memory) is checkpointed as ``{"int_filter", "int_rms"}``.
+    """
+
+    def __init__(self, gamma: float, num_envs: int, first_visit: bool = False):
+        self.filter = RewardForwardFilter(gamma, num_envs)
+        self.rms = RunningMeanStd(())
+        self.gate = FirstVisitGate(num_envs) if first_visit else None
+        self.gate_share = None  # the last rollout's gate values float32[T, N] (with the gate)
+
+    def scale(self, raw: np.ndarray, first_obs, next_obs, reset_obs, dones) -> np.ndarray:
+        """float32[T, N] rewards for raw novelty float[T, N]; the observations are the gate's
+        (``FirstVisitGate.gate_rollout``)."""
+        paid = raw
+        if self.gate is not None:  # revisits within an episode earn nothing
+            self.gate_share = self.gate.gate_rollout(first_obs, next_obs, reset_obs, dones)
+            paid = raw * self.gate_share
+        self.rms.update(self.filter.filter_rollout(paid).ravel())
+        return (paid / np.sqrt(self.rms.var + 1e-8)).astype(np.float32)
+
+    @property
+    def return_std(self) -> float:
+        return float(np.sqrt(self.rms.var))
+
+    def state_dict(self) -> dict:
+        return {"int_filter": self.filter.state_dict(), "int_rms": self.rms.state_dict()}
+
+    def set_state_dict(self, state: dict) -> None:
+        self.filter.set_state_dict(state["int_filter"])
+        self.rms.set_state_dict(state["int_rms"])

@@ -24,7 +24,7 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
     """
     import paddle
 
-    from common.ppo import obs_to_tensor
+    from common.cpu import unit_floats
 
     obs = env.reset(seed=seed)
     stacks, ret, steps, repeat, last_action, info = [obs], 0.0, 0, 0, -1, {}
@@ -35,7 +35,7 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
     policy.eval()
     with paddle.no_grad():
         while steps < max_steps:
-            logits, _, _ = policy(obs_to_tensor(obs[None]))
+            logits, _, _ = policy(unit_floats(obs[None]))
             action = int(logits.numpy()[0].argmax())
             obs, reward, done, info = env.step(action)
             ret += reward

@@ -18,24 +18,39 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from common.fast_ops import run_sequential
 from common.intrinsic.networks import param_attrs
+from common.nets import Net
 from gridworld.env import CHANNEL_SIZES
 
 
-@paddle.jit.not_to_static  # plain Python loop over the channels when traced for export (common.inference)
-def one_hot_codes(x: paddle.Tensor, sizes=CHANNEL_SIZES) -> paddle.Tensor:
-    """float32[B, C, H, W] in [0, 1] (= uint8 codes / 255) -> float32[B, sum(sizes), H, W] one-hot."""
-    codes = paddle.round(x * 255.0).astype("int64")
-    parts = []
-    for c, n in enumerate(sizes):
-        idx = paddle.clip(codes[:, c], 0, n - 1)                       # [B, H, W]
-        parts.append(F.one_hot(idx, n).transpose([0, 3, 1, 2]))       # [B, n, H, W]
-    return paddle.concat(parts, axis=1).astype("float32")
+class OneHotCodes(nn.Layer):
+    """float32[B, C, H, W] in [0, 1] (= uint8 codes / 255) -> float32[B, sum(sizes), H, W] one-hot.
+
+    No parameters. ``forward_numpy`` is the same function on numpy, for the native engine.
+    """
+
+    def __init__(self, sizes=CHANNEL_SIZES):
+        super().__init__()
+        self.sizes = tuple(sizes)
+
+    def forward(self, x):
+        codes = paddle.round(x * 255.0).astype("int64")
+        parts = []
+        for c, n in enumerate(self.sizes):
+            idx = paddle.clip(codes[:, c], 0, n - 1)                       # [B, H, W]
+            parts.append(F.one_hot(idx, n).transpose([0, 3, 1, 2]))       # [B, n, H, W]
+        return paddle.concat(parts, axis=1).astype("float32")
+
+    def forward_numpy(self, a: np.ndarray) -> np.ndarray:
+        codes = np.rint(a * 255.0).astype(np.int64)
+        parts = [np.eye(n, dtype=np.float32)[np.clip(codes[:, c], 0, n - 1)].transpose(0, 3, 1, 2)
+                 for c, n in enumerate(self.sizes)]
+        return np.concatenate(parts, axis=1)
 
 
 def _layer(cls, *args, gain=math.sqrt(2), **kw):
@@ -47,21 +62,23 @@ def _head(out: int, gain: float):
     return nn.Sequential(_layer(nn.Linear, 64, 64), nn.Tanh(), _layer(nn.Linear, 64, out, gain=gain))
 
 
-class GridPolicy(nn.Layer):
+class GridPolicy(Net):
     """x float32[B, 3, 7, 7] in [0, 1] -> (logits [B, A], v_ext [B], v_int [B])."""
 
     def __init__(self, num_actions: int, channel_sizes=CHANNEL_SIZES):
         super().__init__()
         self.channel_sizes = tuple(channel_sizes)
+        self.one_hot = OneHotCodes(self.channel_sizes)
         self.features = nn.Sequential(
             _layer(nn.Conv2D, sum(self.channel_sizes), 16, 2), nn.ReLU(), nn.MaxPool2D(2),
             _layer(nn.Conv2D, 16, 32, 2), nn.ReLU(),
             _layer(nn.Conv2D, 32, 64, 2), nn.ReLU(),
+            nn.Flatten(),
         )
         self.actor = _head(num_actions, gain=0.01)
         self.critic_ext = _head(1, gain=1.0)
         self.critic_int = _head(1, gain=1.0)
 
-    def forward(self, x):
-        h = paddle.flatten(run_sequential(self.features, one_hot_codes(x, self.channel_sizes)), 1)  # [B, 64], fused conv+ReLU
-        return self.actor(h), self.critic_ext(h).squeeze(-1), self.critic_int(h).squeeze(-1)
+    def compute(self, x, run):
+        h = run(self.features, run(self.one_hot, x))  # [B, 64]
+        return run(self.actor, h), run(self.critic_ext, h).squeeze(-1), run(self.critic_int, h).squeeze(-1)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import paddle.nn as nn
 
-from common.fast_ops import run_layer
 from common.intrinsic.networks import param_attrs
+from common.nets import Net
 
 
 def _linear(i, o):
@@ -19,7 +19,7 @@ def _linear(i, o):
     return nn.Linear(i, o, weight_attr=w, bias_attr=b)
 
 
-class MARIO(nn.Layer):
+class MARIO(Net):
     """x float32[B, 4, 84, 84] in [0, 1] -> (logits [B, A], v_ext [B], v_int [B])."""
 
     def __init__(self, input_num: int, actions: int):
@@ -36,11 +36,6 @@ class MARIO(nn.Layer):
         self.critic_ext = _linear(512, 1)
         self.critic_int = _linear(512, 1)
 
-    def forward(self, x):
-        return self.compute(x, run_layer)  # fused conv+bias+ReLU, same math
-
     def compute(self, x, run):
-        """The dataflow, written once: ``run(layer, x)`` is ``run_layer`` here and numpy + oneDNN in
-        collection (``common.native``)."""
         h = run(self.linear0, run(self.flatten, run(self.features, x)))
         return run(self.actor, h), run(self.critic_ext, h).squeeze(-1), run(self.critic_int, h).squeeze(-1)

@@ -89,7 +89,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.trainer import run
+    from common.launch import run
 
     return run(SPEC, argv)
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 
-import paddle
 import paddle.nn as nn
 
-from common.fast_ops import run_layer
 from common.intrinsic.networks import param_attrs
+from common.nets import Net
 
 
 def _linear(i, o, gain=math.sqrt(2)):
@@ -33,7 +32,7 @@ def _conv(i, o, k, s):
     return nn.Conv2D(i, o, k, stride=s, weight_attr=w, bias_attr=b)
 
 
-class RNDPolicy(nn.Layer):
+class RNDPolicy(Net):
     """x float32[B, 4, 84, 84] in [0, 1] -> (logits [B, A], v_ext [B], v_int [B])."""
 
     def __init__(self, input_num: int, actions: int):
@@ -46,12 +45,7 @@ class RNDPolicy(nn.Layer):
         self.critic_ext = _linear(448, 1, gain=0.01)
         self.critic_int = _linear(448, 1, gain=0.01)
 
-    def forward(self, x):
-        return self.compute(x, run_layer)  # fused conv+bias+ReLU, same math
-
     def compute(self, x, run):
-        """The dataflow, written once: ``run(layer, x)`` is ``run_layer`` here and numpy + oneDNN in
-        collection (``common.native``)."""
         h = run(self.features, x)
         hv = h + run(self.extra_layer, h)
         return run(self.actor, h), run(self.critic_ext, hv).squeeze(-1), run(self.critic_int, hv).squeeze(-1)

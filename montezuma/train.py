@@ -99,7 +99,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.trainer import run
+    from common.launch import run
 
     return run(SPEC, argv)
 

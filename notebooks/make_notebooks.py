@@ -134,7 +134,7 @@ def visualdl_md(game: str):
         `episode/`, `eval/`, `perf/`), **Image** (`eval/frames`: eight moments of each evaluation episode),
         **Histogram** (intrinsic rewards and advantages), **High Dimensional** (target features of recent
         {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}; project them
-        with UMAP or t-SNE: VisualDL 2.5.3's PCA view is broken above 200 dimensions), and
+        with PCA, t-SNE or UMAP), and
         **Hyper Parameters** (the run's flags with its final metrics). See `docs/visualdl.md`.
     ''')
 

@@ -122,3 +122,20 @@ def test_first_visit_gate_pays_each_observation_once_per_episode():
     np.testing.assert_array_equal(g2, [0, 1])
     with pytest.raises(ValueError, match="2 envs"):
         FirstVisitGate(2).gate_rollout(first, nxt[:, None], after[:, None], dones)
+
+
+def test_embeddings_for_visualdl_keep_their_geometry_in_200_dimensions():
+    from common.logger import VISUALDL_MAX_DIM, project_for_visualdl
+
+    rng = np.random.default_rng(0)
+    for n in (50, 300):
+        x = rng.normal(size=(n, 512)).astype(np.float32)
+        y = project_for_visualdl(x)
+        assert y.shape == (n, min(n, VISUALDL_MAX_DIM)) and y.dtype == np.float32
+        d = lambda a: ((a[:, None] - a[None]) ** 2).sum(-1)  # noqa: E731
+        if n <= VISUALDL_MAX_DIM + 1:  # all the points' geometry fits: distances unchanged
+            np.testing.assert_allclose(d(y), d(x), rtol=1e-3, atol=1e-2)
+        else:  # the largest-variance directions are kept
+            assert np.var(y, axis=0).sum() > 0.5 * np.var(x, axis=0).sum()
+    small = rng.normal(size=(10, 64)).astype(np.float32)
+    assert project_for_visualdl(small) is small

@@ -1,6 +1,6 @@
 """The optimized update path computes the same losses and gradients as a plain eager path.
 
-Optimized: the networks' fused conv + bias + activation (``common/fast_ops.py``), run whole
+Optimized: the networks' fused conv + bias + activation (``common/cpu/fused.py``), run whole
 and as batch shards on threads (``set_num_shards``), the PPO
 loss with ``log_softmax`` + ``take_along_axis``, the predictor trained on its share with the
 target under ``no_grad``. Reference: the same parameters run through the plain Paddle
@@ -15,13 +15,14 @@ import pytest
 paddle = pytest.importorskip("paddle")
 import paddle.nn.functional as F  # noqa: E402
 
-import common.fast_ops as fast_ops  # noqa: E402
-import common.onednn_conv as onednn_conv  # noqa: E402
-import common.intrinsic.networks as networks  # noqa: E402
-import mario.model as mario_model  # noqa: E402
-import montezuma.model as montezuma_model  # noqa: E402
-from common.fast_ops import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
+import common.cpu as cpu  # noqa: E402
+import common.cpu.fused as fast_ops  # noqa: E402
+import common.cpu.onednn as onednn_conv  # noqa: E402
+from common.cpu.fused import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
+from common.intrinsic.networks import ConvFeatureNet  # noqa: E402
+from mario.model import MARIO  # noqa: E402
+from montezuma.model import RNDPolicy  # noqa: E402
 from common.ppo import PPO, log_prob_entropy  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -37,7 +38,15 @@ def shards(request, monkeypatch):
     set_num_shards(old)
 
 
+def _plain_run(layer, x):
+    """Every layer called as is, one after another: the plain Paddle layers, no fusing, no shards."""
+    for m in (layer if isinstance(layer, (list, tuple, paddle.nn.Sequential)) else [layer]):
+        x = m(x)
+    return x
+
+
 def _plain_stack(layers, x, keep=None):
+    """``conv_stack``'s reference: conv then activation per layer, on the plain layers."""
     kept = None
     for i, (conv, slope) in enumerate(layers):
         x = F.leaky_relu(conv(x), slope)
@@ -46,10 +55,8 @@ def _plain_stack(layers, x, keep=None):
 
 
 def _plain(monkeypatch):
-    """Route the models through the plain layers (the reference eager path)."""
-    monkeypatch.setattr(mario_model, "run_layer", lambda layer, x: layer(x))
-    monkeypatch.setattr(montezuma_model, "run_layer", lambda layer, x: layer(x))
-    monkeypatch.setattr(networks, "conv_stack", _plain_stack)
+    """Route every network (``common.nets.Net``) through the plain layers (the reference eager path)."""
+    monkeypatch.setattr(cpu, "run", _plain_run)
 
 
 def _batch(rng, n=24, actions=7):
@@ -68,7 +75,7 @@ def _grads(layer):
 def _ppo_and_rnd_step(batch):
     """Losses and gradients of one minibatch: PPO on the policy, distillation on the predictor."""
     paddle.seed(0)
-    policy = mario_model.MARIO(4, 7)
+    policy = MARIO(4, 7)
     from mario.rnd_model import make_rnd_networks
 
     rnd = make_intrinsic("rnd", lambda c: make_rnd_networks(c), (4, 84, 84), 4, lr=1e-4, update_proportion=0.25,
@@ -101,7 +108,7 @@ def test_ppo_rnd_losses_and_gradients_match_plain_path(monkeypatch, shards):
 
 def test_montezuma_policy_fused_matches_plain(monkeypatch, shards):
     paddle.seed(3)
-    net = montezuma_model.RNDPolicy(4, 18)
+    net = RNDPolicy(4, 18)
     x = paddle.rand([6, 4, 84, 84])
     outs = [o.numpy() for o in net(x)]
     sum(o.sum() for o in net(x)).backward()
@@ -198,7 +205,9 @@ def test_small_batches_are_not_split(monkeypatch, kernels):
             conv_stack([(conv, 0.0)], paddle.rand([64, 4, 7, 7]))  # many samples, tiny inputs (MiniGrid)
             assert [c for c in calls if c is not None] == []
             conv_stack([(conv, 0.0)], paddle.rand([enough, 4, side, side]))
-            assert [c for c in calls if c is not None] == [2]
+            # Paddle's own kernels are sharded only where Paddle has the fused kernels' pieces (not 2.6)
+            split = kernels == "onednn" or fast_ops._HAS_KERNELS
+            assert [c for c in calls if c is not None] == ([2] if split else [])
     finally:
         set_num_shards(old)
 
@@ -208,6 +217,8 @@ def test_set_num_shards_rejects_zero():
         set_num_shards(0)
 
 
+@pytest.mark.skipif(not paddle.__version__.startswith("3"), reason="the tutorial's tril/triu trick needs Paddle 3's "
+                    "Categorical.log_prob, which returns [N, N] for [N] actions (2.6 refuses the shapes)")
 def test_log_prob_matches_tutorial_tril_triu():
     """The tutorial's Categorical(softmax) + tril/triu diagonal equals log_softmax + take_along_axis."""
     from paddle.distribution import Categorical
@@ -224,7 +235,7 @@ def test_log_prob_matches_tutorial_tril_triu():
 
 
 def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
-    """The oneDNN stack (common/onednn_conv.py) runs on this CPU and gives Paddle's kernels' outputs and
+    """The oneDNN stack (common/cpu/onednn.py) runs on this CPU and gives Paddle's kernels' outputs and
     gradients, with and without gradients, whole and in shards, ReLU and LeakyReLU, with the kept map."""
     if not onednn_conv.available():
         pytest.skip("no oneDNN in this Paddle")
@@ -235,7 +246,7 @@ def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
     monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
     monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
     paddle.seed(11)
-    net = networks.ConvFeatureNet(4, out_dim=16, input_hw=84)
+    net = ConvFeatureNet(4, out_dim=16, input_hw=84)
     x = paddle.rand([10, 4, 84, 84])
 
     def run():
@@ -253,7 +264,8 @@ def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
         try:
             used.clear()
             results[("onednn", shards)] = run()
-            assert used == [shards, shards]  # the training forward and the no-grad forward
+            # the training forward (up to the kept map, then the rest) and the no-grad forward (one stack)
+            assert used == [shards, shards, shards]
             with monkeypatch.context() as m:
                 m.setattr(fast_ops, "_dnnl_specs", lambda layers, x: None)
                 results[("paddle", shards)] = run()

@@ -8,7 +8,6 @@ outcome of every test, so the table says what was checked, not what was hoped.
 """
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import pickle
@@ -317,9 +316,9 @@ def test_unusable_log_path_is_a_flag_error(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
-    afile = tmp_path / "f"
-    afile.write_text("")
-    for bad in ("/proc/x", str(afile / "sub")) + ((str(ro / "runs"),) if os.geteuid() != 0 else ()):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    for bad in ("/proc/x", str(a_file / "sub")) + ((str(ro / "runs"),) if os.geteuid() != 0 else ()):
         res = script("gridworld/train.py", "--log-path", bad, "--num-global-steps", "16")
         assert res.returncode == 2 and f"--log-path {bad!r} is unusable" in res.stderr, res.stderr[-1500:]
         assert "Traceback" not in res.stderr

@@ -85,12 +85,13 @@ def test_recording_writes_an_mp4(tmp_path):
 def test_policy_undoes_the_uint8_scaling_and_one_hot_encodes():
     import paddle
 
-    from common.ppo import obs_to_tensor
-    from gridworld.model import GridPolicy, one_hot_codes
+    from common.cpu import unit_floats as obs_to_tensor
+    from gridworld.model import GridPolicy, OneHotCodes
     from gridworld.rnd_model import make_rnd_networks
 
     obs = np.stack([make_env(SMALL).reset(seed=s) for s in range(4)])
-    oh = one_hot_codes(obs_to_tensor(obs)).numpy()
+    oh = OneHotCodes()(obs_to_tensor(obs)).numpy()
+    np.testing.assert_array_equal(OneHotCodes().forward_numpy(obs.astype(np.float32) / 255.0), oh)
     assert oh.shape == (4, sum(CHANNEL_SIZES), 7, 7)
     assert np.all(oh.sum(1) == 3)  # one category per channel
     assert np.all(oh[:, :11].argmax(1) == obs[:, 0])

@@ -1,19 +1,21 @@
-"""The oneDNN inference engine that runs the policy during collection (common/inference.py)."""
+"""The oneDNN inference engine that runs the policy during collection (common/cpu/predictor.py)."""
 import numpy as np
 import paddle
 import pytest
 
-from common.inference import InferenceEngine, onednn_available
-from common.ppo import PPO, obs_to_tensor
+from common import cpu
+from common.actor import Actor
+from common.cpu.predictor import InferenceEngine, onednn_available
+from common.ppo import PPO
 from mario.model import MARIO
 from montezuma.model import RNDPolicy
 
-pytestmark = pytest.mark.skipif(not onednn_available(), reason="this Paddle has no oneDNN predictor")
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this Paddle has no oneDNN predictor (Paddle 2.6: no PIR parameter writer)")
 
 
 def reference(net, obs):
     with paddle.no_grad():
-        return [t.numpy() for t in net(obs_to_tensor(obs))]
+        return [t.numpy() for t in net(cpu.unit_floats(obs))]
 
 
 def assert_close(outs, refs, rtol=1e-5, atol=1e-5):
@@ -57,7 +59,7 @@ def test_bf16_engine_is_close_to_fp32():
         InferenceEngine(net, (4, 84, 84), precision="fp16")
 
 
-def test_ppo_refreshes_the_engine_on_first_use_after_the_weights_changed(monkeypatch):
+def test_actor_refreshes_the_engine_on_first_use_after_the_weights_changed(monkeypatch):
     monkeypatch.setattr(InferenceEngine, "min_batch", 8)
     paddle.seed(5)
     net = MARIO(4, 7)
@@ -73,22 +75,23 @@ def test_ppo_refreshes_the_engine_on_first_use_after_the_weights_changed(monkeyp
             refreshes.append(1)
             super().refresh()
 
-    ppo.use_engine(Spy(net, (4, 84, 84)))
+    actor = Actor(net, Spy(net, (4, 84, 84)))
     refreshes.clear()  # the one at construction
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
-    a1 = ppo.act(obs, rng)
-    ppo.values(obs[:3])                  # below min_batch: the training network
+    a1 = actor.act(obs, rng)
+    actor.values(obs[:3])                  # below min_batch: the training network
     assert calls == [8] and len(refreshes) == 1
-    ppo.values(obs)
+    actor.values(obs)
     assert calls == [8, 8] and len(refreshes) == 1  # weights unchanged: no refresh
     batch = {"obs": obs, "actions": a1[0], "log_probs": a1[1], "advantages": np.ones(8, np.float32),
              "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
-    ppo.step(batch)                      # new weights: refreshed on the next use
-    v_ext, _ = ppo.values(obs)
+    ppo.step(batch)                        # new weights; the trainer tells the actor
+    actor.weights_changed()
+    v_ext, _ = actor.values(obs)
     assert calls == [8, 8, 8] and len(refreshes) == 2
     np.testing.assert_allclose(v_ext, reference(net, obs)[1], rtol=1e-5, atol=1e-5)
-    ppo.engine.close()
+    actor.close()
 
 
 def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path, monkeypatch):
@@ -99,7 +102,7 @@ def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_pat
 
     def rollout(inference):
         def check(tr):
-            assert isinstance(tr.ppo.engine, InferenceEngine) == (inference == "onednn")
+            assert isinstance(tr.actor.engine, InferenceEngine) == (inference == "onednn")
         return montezuma_rollout(tmp_path, inference, check, num_processes=8, num_workers=-1,
                                  num_global_steps=96, inference=inference)
 

@@ -1,23 +1,22 @@
-"""The native collection engine: the policy's forward on oneDNN primitives + numpy (common/native.py)."""
+"""The native collection engine: the policy's forward on oneDNN primitives + numpy (common/cpu/native.py)."""
 import numpy as np
 import paddle
 import paddle.nn as nn
 import pytest
 
-from common import onednn_conv
-from common.fast_ops import run_layer
-from common.native import NativeEngine
-from common.ppo import obs_to_tensor
+from common import cpu
+from common.cpu.native import NativeEngine
+from common.nets import Net
 from gridworld.model import GridPolicy
 from mario.model import MARIO
 from montezuma.model import RNDPolicy
 
-pytestmark = pytest.mark.skipif(not onednn_conv.available(), reason="this Paddle ships no usable oneDNN library")
+pytestmark = pytest.mark.skipif(not cpu.available(), reason="this Paddle ships no usable oneDNN library")
 
 
 def reference(net, obs):
     with paddle.no_grad():
-        return [t.numpy() for t in net(obs_to_tensor(obs))]
+        return [t.numpy() for t in net(cpu.unit_floats(obs))]
 
 
 def assert_close(outs, refs):
@@ -27,7 +26,7 @@ def assert_close(outs, refs):
         np.testing.assert_allclose(o, r, rtol=1e-5, atol=1e-5 * (1 + np.abs(r).max()))
 
 
-class LeakyNet(nn.Layer):
+class LeakyNet(Net):
     """Padded convolutions with LeakyReLU, a Flatten feeding a Linear + LeakyReLU, a plain ReLU, a
     residual, and an activation between a Flatten and its Linear: the other layer kinds and
     orders the engine knows."""
@@ -42,20 +41,18 @@ class LeakyNet(nn.Layer):
         self.flat_act = nn.Sequential(nn.Conv2D(4, 4, 3, stride=3), nn.ReLU(), nn.Flatten(), nn.LeakyReLU(0.3),
                                       nn.Linear(4 * 4 * 4, 2))
 
-    def forward(self, x):
-        return self.compute(x, run_layer)
-
     def compute(self, x, run):
         h = run(self.features, x)
         return run(self.out, h + run(self.head, h)), run(self.features, x).sum(-1), run(self.flat_act, x)
 
 
-@pytest.mark.parametrize("net_cls,args", [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (LeakyNet, ())])
+@pytest.mark.parametrize("net_cls,args", [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (LeakyNet, ()), (GridPolicy, (7,))])
 def test_engine_matches_the_network_at_any_batch_and_follows_refresh(net_cls, args):
     paddle.seed(3)
     net = net_cls(*args)
-    shape = (4, 12, 12) if net_cls is LeakyNet else (4, 84, 84)
-    obs = np.random.default_rng(0).integers(0, 256, size=(9, *shape), dtype=np.uint8)
+    shape = {LeakyNet: (4, 12, 12), GridPolicy: (3, 7, 7)}.get(net_cls, (4, 84, 84))
+    high = 11 if net_cls is GridPolicy else 256  # MiniGrid's category codes
+    obs = np.random.default_rng(0).integers(0, high, size=(9, *shape), dtype=np.uint8)
     assert NativeEngine.supports(net)
     engine = NativeEngine(net, shape)
     for n in (9, 1, 4, 9):  # new batch sizes build their primitives; old ones reuse theirs
@@ -71,10 +68,13 @@ def test_engine_matches_the_network_at_any_batch_and_follows_refresh(net_cls, ar
 
 
 def test_networks_without_compute_or_with_unknown_layers_are_refused():
-    grid = GridPolicy(7)
-    assert not NativeEngine.supports(grid)
-    with pytest.raises(TypeError, match="GridPolicy has no compute"):
-        NativeEngine(grid, (3, 7, 7))
+    class Plain(nn.Layer):  # a network written as a plain forward: nothing for the engine to run
+        def forward(self, x):
+            return x
+
+    assert not NativeEngine.supports(Plain())
+    with pytest.raises(TypeError, match="Plain has no compute"):
+        NativeEngine(Plain(), (3, 7, 7))
 
     class Pooled(LeakyNet):
         def compute(self, x, run):
@@ -92,7 +92,7 @@ def test_trainer_collection_native_matches_dygraph_and_repeats(tmp_path):
 
     def rollout(inference, name):
         def check(tr):
-            assert isinstance(tr.ppo.engine, NativeEngine) == (inference == "native")
+            assert isinstance(tr.actor.engine, NativeEngine) == (inference == "native")
         return montezuma_rollout(tmp_path, name, check, inference=inference)
 
     assert MontezumaConfig().inference == "native"

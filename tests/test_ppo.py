@@ -2,7 +2,8 @@
 import numpy as np
 import paddle
 
-from common.ppo import PPO, log_prob_entropy, sample_actions
+from common.actor import Actor, sample_actions
+from common.ppo import PPO, log_prob_entropy
 
 
 def _np_log_softmax(z):
@@ -38,7 +39,7 @@ def test_ppo_step_increases_advantaged_action_probability():
     ppo = PPO(net, lr=1e-3, epsilon=0.2, beta=0.0, vf_coef=1.0, max_grad_norm=0.5)
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 255, size=(16, 4, 84, 84), dtype=np.uint8)
-    actions, logp, _, _ = ppo.act(obs, rng)
+    actions, logp, _, _ = Actor(net).act(obs, rng)
     actions[:8] = 0  # half the samples took action 0 and get a positive advantage
     with paddle.no_grad():
         logits0, _, _ = net(paddle.to_tensor(obs).astype("float32") / 255)
@@ -57,12 +58,12 @@ def test_ppo_step_increases_advantaged_action_probability():
     assert out["approx_kl"] >= 0
 
 
-def test_obs_to_tensor_is_the_plain_division_and_keeps_its_memory():
+def test_unit_floats_is_the_plain_division_and_keeps_its_memory():
     """The channels-last fast path gives Paddle's own x / 255 bit for bit, as a [B, C, H, W] tensor
     that stays valid after its numpy buffer's last Python reference is gone."""
     import gc
 
-    from common.ppo import obs_to_tensor
+    from common.cpu import unit_floats as obs_to_tensor
     from montezuma.model import RNDPolicy
 
     obs = np.random.default_rng(0).integers(0, 256, size=(6, 4, 84, 84), dtype=np.uint8)
@@ -71,7 +72,8 @@ def test_obs_to_tensor_is_the_plain_division_and_keeps_its_memory():
     gc.collect()
     clobber = [np.full((6, 84, 84, 4), 7.0, np.float32) for _ in range(8)]  # reuse freed memory, if any
     assert x.shape == [6, 4, 84, 84] and x.dtype == paddle.float32 and x.stop_gradient
-    np.testing.assert_array_equal(x.numpy(), plain.numpy())
+    # the same values: bit for bit on Paddle 3; Paddle 2.6's division kernel may differ in the last bit
+    np.testing.assert_array_max_ulp(x.numpy(), plain.numpy(), maxulp=0 if paddle.__version__.startswith("3") else 1)
     paddle.seed(1)
     net = RNDPolicy(4, 18)
     with paddle.no_grad():

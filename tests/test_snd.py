@@ -278,8 +278,8 @@ def test_target_trains_on_its_share_of_the_minibatch(name):
                          max_grad_norm=0.5, seed=0, target_proportion=0.25)
     mod.observe(frames(32, seed=99))
     seen = []
-    forward = mod.target.forward_with_map
-    mod.target.forward_with_map = lambda x: (seen.append(x.shape[0]), forward(x))[1]
+    compute = mod.target.compute
+    mod.target.compute = lambda x, run, **kw: (seen.append(x.shape[0]), compute(x, run, **kw))[1]
     mod.update(batch(16))
     # the target step: 4 of 16 samples, SND-V pairs them (2 x 4 states), STD/VIC take (s_t, s_t+1) of each;
     # then the predictor's step reads the target on its own 4

@@ -111,9 +111,17 @@ def test_bad_flags_are_rejected_with_the_value_and_what_is_accepted(argv, needle
 
 
 def test_config_fields_all_have_help_and_round_trip():
-    for cls in (MarioConfig, MontezumaConfig):
+    from common.config import TrainConfig, field_meta
+    from gridworld.train import GridConfig
+
+    base = {f.name: field_meta(TrainConfig, f.name)["help"] for f in dataclasses.fields(TrainConfig)}
+    for cls in (MarioConfig, MontezumaConfig, GridConfig):
         for f in dataclasses.fields(cls):
-            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+            help_text = field_meta(cls, f.name).get("help")
+            assert help_text, f"{cls.__name__}.{f.name} has no help text"
+            if f.name in base:  # a game overrides the default only: the shared text is inherited, never copied
+                assert help_text.startswith(base[f.name]), f"{cls.__name__}.{f.name} rewrote the help text"
+                assert "help" not in f.metadata or f.metadata.get("help") == base[f.name], f.name
         cfg = parse_config(cls, ["--seed", "7"])
         assert cls.from_dict(cfg.to_dict()) == cfg
 

@@ -20,7 +20,7 @@ the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
    matrix product with the ``unfold``-ed input instead (1.5-1.9x faster).
 
 4. Faster still, when the oneDNN library inside Paddle's wheel loads and passes its self-check
-   (``common/onednn_conv.py``): ``conv_stack`` runs the whole stack on oneDNN's kernels,
+   (``common/cpu/onednn.py``): ``conv_stack`` runs the whole stack on oneDNN's kernels,
    channels-last inside, forward and backward, still in batch shards on threads (Mario's
    conv stack, forward + backward at batch 192 on 2 cores: 122 -> 58 ms). Points 1-3 are the
    fallback when it does not (and the path every GPU run takes).
@@ -36,6 +36,9 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numpy as np
 
 import paddle
 import paddle.nn as nn
@@ -43,7 +46,13 @@ import paddle.nn.functional as F
 from paddle import _C_ops
 from paddle.autograd import PyLayer
 
-from common import onednn_conv
+try:
+    from paddle.utils.dlpack import from_dlpack
+    _HAS_DLPACK = True
+except ImportError:  # pragma: no cover - older Paddle
+    _HAS_DLPACK = False
+
+from common.cpu import onednn
 
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
@@ -51,25 +60,91 @@ _HAS_KERNELS = all(hasattr(_C_ops, n) for n in (
     "add", "add_", "relu", "relu_", "leaky_relu", "leaky_relu_", "relu_grad", "leaky_relu_grad", "conv2d",
     "conv2d_grad"))
 
+_HAS_INPLACE = all(hasattr(_C_ops, n) for n in ("subtract_", "multiply_", "clip_"))
+
 MIN_SHARD = 8  # samples per shard at least
 MIN_SHARD_ELEMENTS = 1 << 17  # and input elements per shard (one Mario frame stack: 28,224)
+# The shard count is a process-wide setting (threads that run networks, e.g. the trainer's side
+# thread for the intrinsic update, must see it too); only ``common.cpu.threads`` changes it.
 _num_shards = 1
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 _pool_lock = threading.Lock()
 
 
 def set_num_shards(n: int) -> int:
     """Split convolution batches into ``n`` shards run on ``n`` threads (1 = off); returns the old value."""
-    global _num_shards, _pool
+    global _num_shards, _pool, _pool_size
     if n < 1:
         raise ValueError(f"number of shards must be >= 1, got {n}")
     old, _num_shards = _num_shards, int(n)
     with _pool_lock:
-        if _num_shards > 1 and (_pool is None or _pool._max_workers < _num_shards):
+        if _num_shards > 1 and _pool_size < _num_shards:
             if _pool is not None:
                 _pool.shutdown(wait=True)
-            _pool = ThreadPoolExecutor(_num_shards, thread_name_prefix="conv-shard")
+            _pool, _pool_size = ThreadPoolExecutor(_num_shards, thread_name_prefix="conv-shard"), _num_shards
     return old
+
+
+class Geometry(NamedTuple):
+    stride: list
+    padding: object  # int, [int, int] or a string such as "SAME"
+    dilation: list
+    groups: int
+    data_format: str
+
+
+def geometry(conv: nn.Conv2D) -> Geometry | None:
+    """A ``Conv2D``'s stride, padding, dilation, groups and layout, or None if this Paddle keeps them
+    elsewhere (then every fast path steps aside and the layer runs as it is).
+
+    Paddle 2.6-3.x keep these in private attributes and offer no public accessor; this is the one
+    place that reads them.
+    """
+    try:
+        return Geometry(list(conv._stride), conv._padding, list(conv._dilation), int(conv._groups),
+                        conv._data_format)
+    except (AttributeError, TypeError):
+        return None
+
+
+_slopes: dict[int, float] = {}
+
+
+def act_slope(act: nn.Layer) -> float:
+    """The negative slope of a ReLU (0) or LeakyReLU layer, measured through its public forward."""
+    if isinstance(act, nn.ReLU):
+        return 0.0
+    key = id(act)
+    if key not in _slopes:
+        with paddle.no_grad():
+            _slopes[key] = -float(act(paddle.to_tensor([-1.0], dtype="float32")).numpy()[0])
+    return _slopes[key]
+
+
+def unit_floats(obs: np.ndarray) -> paddle.Tensor:
+    """uint8[B, C, H, W] -> float32 tensor [B, C, H, W] in [0, 1] (``/ 255``, per batch).
+
+    On CPU with oneDNN the values are computed channels-last in numpy and handed to Paddle
+    without a copy (DLPack); the tensor is their NCHW view, which the convolutions turn back
+    into channels-last for free (Paddle's cast, divide and that transpose took ~10x longer).
+    Same values either way.
+    """
+    if obs.ndim == 4 and paddle.get_device() == "cpu" and onednn.available() and _HAS_DLPACK:
+        # the capsule (Paddle 2.6 takes only that) owns a reference to the array: the memory stays valid
+        return from_dlpack(onednn.unit_floats_channels_last(obs).__dlpack__()).transpose([0, 3, 1, 2])
+    return paddle.to_tensor(obs).astype("float32") / 255.0
+
+
+def standardize(x: paddle.Tensor, mean: paddle.Tensor, inv_std: paddle.Tensor, clip: float,
+                in_place: bool = False) -> paddle.Tensor:
+    """``clip((x - mean) * inv_std, -clip, clip)``; ``in_place``: ``x`` is a temporary nobody else
+    holds, so its buffer is reused (1.7x faster on CPU, same values)."""
+    if in_place and _HAS_INPLACE:
+        _C_ops.subtract_(x, mean)
+        _C_ops.multiply_(x, inv_std)
+        return _C_ops.clip_(x, -clip, clip)
+    return paddle.clip((x - mean) * inv_std, -clip, clip)
 
 
 def _map(fn, items):
@@ -100,9 +175,15 @@ def _shards(batch: int, n: int) -> list[tuple[int, int]]:
     return [(i, min(i + step, batch)) for i in range(0, batch, step)]
 
 
+_HAS_ACT_GRADS = hasattr(_C_ops, "relu_grad") and hasattr(_C_ops, "leaky_relu_grad")  # not in Paddle 2.6
+
+
 def _act_grad(out, grad, slope):
     # sign(out) == sign(pre-activation) for ReLU and for LeakyReLU with a positive slope
-    return _C_ops.relu_grad(out, grad) if slope == 0.0 else _C_ops.leaky_relu_grad(out, grad, slope)
+    if _HAS_ACT_GRADS:
+        return _C_ops.relu_grad(out, grad) if slope == 0.0 else _C_ops.leaky_relu_grad(out, grad, slope)
+    positive = (out > 0).astype(grad.dtype)
+    return grad * positive if slope == 0.0 else grad * (positive + (1.0 - positive) * slope)
 
 
 def _bias_grad(gy):
@@ -130,21 +211,25 @@ class _BiasAct(PyLayer):
 
 
 def _conv_attrs(conv: nn.Conv2D):
-    pad = conv._padding
+    g = geometry(conv)
+    if g is None or g.data_format != "NCHW":
+        return None
+    pad = g.padding
     if isinstance(pad, int):
         pad = [pad, pad]
     if not (isinstance(pad, (list, tuple)) and len(pad) == 2 and all(isinstance(p, int) for p in pad)):
         return None  # "SAME"/"VALID" strings or 4-sided padding: use the plain path
-    return (list(conv._stride), list(pad), "EXPLICIT", list(conv._dilation), conv._groups, "NCHW")
+    return (g.stride, list(pad), "EXPLICIT", g.dilation, g.groups, "NCHW")
 
 
-@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
+@paddle.jit.not_to_static  # plain Python when traced for export (common.cpu.predictor)
 def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Tensor:
     """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU."""
-    if not paddle.in_dynamic_mode():  # traced for export (common.inference): the plain layer
+    g = geometry(conv)
+    if not paddle.in_dynamic_mode() or g is None:  # traced for export (common.cpu.predictor): the plain layer
         return _plain_act(conv(x), slope)
-    y = F.conv2d(x, conv.weight, None, stride=conv._stride, padding=conv._padding, dilation=conv._dilation,
-                 groups=conv._groups, data_format=conv._data_format)
+    y = F.conv2d(x, conv.weight, None, stride=g.stride, padding=g.padding, dilation=g.dilation,
+                 groups=g.groups, data_format=g.data_format)
     if conv.bias is None or not _HAS_KERNELS:
         if conv.bias is not None:
             y = y + conv.bias.reshape([1, -1, 1, 1])
@@ -208,14 +293,16 @@ def _contiguous(t):
 
 
 def dnnl_conv_specs(layers):
-    """(cin, cout, k, stride, pad, slope) per ``(conv, slope)`` when ``common.onednn_conv`` can run the
+    """(cin, cout, k, stride, pad, slope) per ``(conv, slope)`` when ``common.cpu.onednn`` can run the
     layers (bias, NCHW, groups 1, square kernel, equal strides, no dilation, symmetric padding), else None."""
     specs = []
     for conv, slope in layers:
-        w = conv.weight
-        k, s, d, pad = w.shape[2:], list(conv._stride), list(conv._dilation), _conv_attrs(conv)
-        if (conv.bias is None or conv._data_format != "NCHW" or conv._groups != 1 or k[0] != k[1]
-                or s[0] != s[1] or d != [1, 1] or pad is None or pad[1][0] != pad[1][1]):
+        w, pad = conv.weight, _conv_attrs(conv)
+        if pad is None:
+            return None
+        k, (s, _, _, d, groups, _) = w.shape[2:], pad
+        if (conv.bias is None or groups != 1 or k[0] != k[1]
+                or s[0] != s[1] or d != [1, 1] or pad[1][0] != pad[1][1]):
             return None
         specs.append((w.shape[1], w.shape[0], k[0], s[0], pad[1][0], float(slope)))
     return specs
@@ -223,7 +310,7 @@ def dnnl_conv_specs(layers):
 
 def _dnnl_specs(layers, x):
     """``dnnl_conv_specs`` when this input can go to oneDNN at all (float32 on CPU, library loaded)."""
-    if not (_HAS_KERNELS and x.dtype == paddle.float32 and paddle.get_device() == "cpu" and onednn_conv.available()):
+    if not (x.dtype == paddle.float32 and paddle.get_device() == "cpu" and onednn.available()):
         return None
     return dnnl_conv_specs(layers)
 
@@ -239,7 +326,7 @@ def _dnnl_forward(specs, shards, x, params):
         a, b = shard
         src, hh, ww, acts = xh.data_ptr() + a * sample, h, w, []
         for i, (cin, cout, k, st, pad, slope) in enumerate(specs):
-            t, conv = onednn_conv.conv_for(b - a, cin, hh, ww, cout, k, st, pad, slope)
+            t, conv = onednn.conv_for(b - a, cin, hh, ww, cout, k, st, pad, slope)
             y = paddle.empty([b - a, conv.ho, conv.wo, cout], dtype="float32")
             conv.forward(t, src, params[2 * i].data_ptr(), params[2 * i + 1].data_ptr(), y.data_ptr())
             acts.append(y)
@@ -254,7 +341,7 @@ def _cat(tensors):
 
 
 class _DnnlConvStack(PyLayer):
-    """Every conv + bias + act layer of a stack on oneDNN (``common.onednn_conv``), per batch shard.
+    """Every conv + bias + act layer of a stack on oneDNN (``common.cpu.onednn``), per batch shard.
 
     forward(specs, shards, keep, x, w0, b0, w1, b1, ...): x float32[B, C, H, W] (NCHW) -> the
     last layer's output float32[B, h, w, C'] **channels-last**, and with ``keep`` also layer
@@ -294,7 +381,7 @@ class _DnnlConvStack(PyLayer):
                 if i == keep and g_keep is not None:
                     g = g + g_keep[a:b]
                 gy = _act_grad(shard[i], g, slope)
-                t, conv = onednn_conv.conv_for(n, cin, hw_in[i][0], hw_in[i][1], cout, k, st, pad, slope)
+                t, conv = onednn.conv_for(n, cin, hw_in[i][0], hw_in[i][1], cout, k, st, pad, slope)
                 src = xh.data_ptr() + a * sample if i == 0 else shard[i - 1].data_ptr()
                 gws[i] = paddle.empty(params[2 * i].shape, dtype="float32")
                 gbs[i] = paddle.empty([cout], dtype="float32")
@@ -318,7 +405,7 @@ class _DnnlConvStack(PyLayer):
         return (dx, *out)
 
 
-@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
+@paddle.jit.not_to_static  # plain Python when traced for export (common.cpu.predictor)
 def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     """Run ``act(conv(x))`` for each ``(conv, slope)`` in ``layers``; x float32[B, C, H, W] (NCHW).
 
@@ -343,7 +430,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
         return res[0] if keep is None else tuple(res)
     attrs = None
     if (n > 1 and _HAS_KERNELS and paddle.in_dynamic_mode() and paddle.get_device() == "cpu"
-            and all(c.bias is not None and c._data_format == "NCHW" for c, _ in layers)):
+            and all(c.bias is not None for c, _ in layers)):
         attrs = [_conv_attrs(c) for c, _ in layers]
     if attrs is None or None in attrs:
         kept = None
@@ -373,10 +460,9 @@ def fused_groups(seq):
     i = 0
     while i < len(layers):
         stack = []
-        while (i + 1 < len(layers) and isinstance(layers[i], nn.Conv2D) and layers[i]._data_format == "NCHW"
+        while (i + 1 < len(layers) and isinstance(layers[i], nn.Conv2D) and _conv_attrs(layers[i]) is not None
                and isinstance(layers[i + 1], (nn.ReLU, nn.LeakyReLU))):
-            act = layers[i + 1]
-            stack.append((layers[i], act._negative_slope if isinstance(act, nn.LeakyReLU) else 0.0))
+            stack.append((layers[i], act_slope(layers[i + 1])))
             i += 2
         if stack:
             yield stack
@@ -385,7 +471,7 @@ def fused_groups(seq):
             i += 1
 
 
-@paddle.jit.not_to_static  # plain Python when traced for export (common.inference)
+@paddle.jit.not_to_static  # plain Python when traced for export (common.cpu.predictor)
 def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
     """Run an ``nn.Sequential`` (or list of layers), fusing runs of NCHW Conv2D + ReLU/LeakyReLU pairs."""
     for group in fused_groups(seq):
@@ -395,6 +481,7 @@ def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
 
 @paddle.jit.not_to_static
 def run_layer(layer, x: paddle.Tensor) -> paddle.Tensor:
-    """``layer(x)``, through ``run_sequential`` for an ``nn.Sequential``: the ``run`` of a network's
-    ``compute(x, run)`` in training (``common.native`` runs the same ``compute`` on numpy)."""
-    return run_sequential(layer, x) if isinstance(layer, nn.Sequential) else layer(x)
+    """``layer(x)``, through ``run_sequential`` for an ``nn.Sequential`` or a list of layers: the ``run``
+    of a network's ``compute(x, run)`` in training (``common.cpu.native`` runs the same ``compute``
+    on numpy)."""
+    return run_sequential(layer, x) if isinstance(layer, (nn.Sequential, list, tuple)) else layer(x)

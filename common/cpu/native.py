@@ -6,7 +6,7 @@ Paddle's dygraph spent more time per call dispatching its ~25 ops than computing
 (act: 1.6 ms, of which the convolutions' arithmetic is 0.45 ms). This engine runs the same
 network with none of that:
 
-* the convolutions on ``common.onednn_conv``'s primitives (bias + ReLU fused, channels-last,
+* the convolutions on ``common.cpu.onednn``'s primitives (bias + ReLU fused, channels-last,
   weights reordered once per refresh instead of once per call);
 * the linear layers on oneDNN matmul primitives (bias and a following ReLU fused);
 * the input in one oneDNN reorder (uint8 NCHW -> float32 NHWC) and an in-place ``/ 255``; the
@@ -14,7 +14,7 @@ network with none of that:
 * one thread, no Paddle tensors, and the GIL released inside every oneDNN call.
 
 The network's dataflow is written once, in its ``compute(x, run)`` method (the games' policy
-networks have it): training calls it with ``common.fast_ops.run_layer``, this engine with its
+networks have it): training calls it with ``common.cpu.run``, this engine with its
 own ``run``, which knows ``nn.Sequential``, ``Conv2D``, ``Linear``, ``ReLU``, ``LeakyReLU`` and
 ``Flatten``. ``NativeEngine.supports(net)`` says whether a network qualifies; the constructor
 also compares one random batch against the network (``tests/test_native.py``: equal within
@@ -29,9 +29,8 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from common import onednn_conv
-from common.fast_ops import dnnl_conv_specs, fused_groups
-from common.ppo import obs_to_tensor
+from common.cpu import onednn
+from common.cpu.fused import act_slope, dnnl_conv_specs, fused_groups, unit_floats
 
 _ACTS = (nn.ReLU, nn.LeakyReLU)
 
@@ -67,7 +66,20 @@ class _FlatChannelsLast:
 
 
 def _slope(act) -> float:
-    return act._negative_slope if isinstance(act, nn.LeakyReLU) else 0.0
+    return act_slope(act)
+
+
+def _max_pool(layer: nn.MaxPool2D, x):
+    """Non-overlapping max pooling (kernel == stride, no padding, sizes divisible), channels-last."""
+    k = layer.ksize
+    stride = layer.stride if layer.stride is not None else k
+    if not (isinstance(k, int) and stride == k and layer.padding == 0 and not layer.ceil_mode
+            and layer.data_format == "NCHW"):
+        raise _Unsupported(f"MaxPool2D({k}, stride={stride}, padding={layer.padding})")
+    a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(_plain(x).transpose(0, 2, 3, 1))
+    n, h, w, c = a.shape
+    ho, wo = h // k, w // k  # floor, as Paddle: trailing rows/columns that do not fill a window are dropped
+    return _ChannelsLast(a[:, :ho * k, :wo * k].reshape(n, ho, k, wo, k, c).max(axis=(2, 4)))
 
 
 def _plain(x) -> np.ndarray:
@@ -85,7 +97,7 @@ def _elementwise(fn, x):
 
 class NativeEngine:
     """``engine(uint8[B, C, H, W])`` -> ``net``'s outputs as float32 numpy arrays, with the weights of
-    the last ``refresh()``. Same interface as ``common.inference.InferenceEngine``.
+    the last ``refresh()``. Same interface as ``common.cpu.predictor.InferenceEngine``.
 
     Args:
         net: a network with ``compute(x, run)`` whose layers this engine knows (``supports``).
@@ -97,15 +109,16 @@ class NativeEngine:
 
     @staticmethod
     def supports(net: nn.Layer) -> bool:
-        """True when ``net`` has ``compute(x, run)`` and oneDNN loads from Paddle's wheel."""
-        return callable(getattr(net, "compute", None)) and onednn_conv.available()
+        """True when ``net`` has ``compute(x, run)`` (``common.nets.Net``) and oneDNN loads from Paddle's
+        wheel; the constructor still raises if a layer turns out to be one this engine cannot run."""
+        return callable(getattr(net, "compute", None)) and onednn.available()
 
     def __init__(self, net: nn.Layer, obs_shape):
         if not callable(getattr(net, "compute", None)):
             raise TypeError(f"{type(net).__name__} has no compute(x, run) method: the native engine cannot run it")
-        if not onednn_conv.available():
+        if not onednn.available():
             raise RuntimeError("the native engine needs the oneDNN library of Paddle's CPU wheel "
-                               "(common.onednn_conv.available() is False)")
+                               "(common.onednn.available() is False)")
         self.net = net
         self._layers = [m for m in net.sublayers(include_self=True) if isinstance(m, (nn.Linear, nn.Conv2D))]
         self._weights: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -128,11 +141,11 @@ class NativeEngine:
 
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
         """uint8[B, C, H, W] -> the network's outputs, float32 numpy arrays in its return order."""
-        x = onednn_conv.unit_floats_channels_last(obs)  # a numpy transpose took 3.5 ms at batch 64
+        x = onednn.unit_floats_channels_last(obs)  # a numpy transpose took 3.5 ms at batch 64
         return [np.ascontiguousarray(_plain(o), dtype=np.float32) for o in self.net.compute(_ChannelsLast(x), self.run)]
 
     def close(self) -> None:
-        """Drop the weight copies (the primitives stay cached per thread in ``common.onednn_conv``)."""
+        """Drop the weight copies (the primitives stay cached per thread in ``common.cpu.onednn``)."""
         self._weights, self._conv_weights, self._permuted = {}, {}, {}
 
     # ------------------------------------------------------------------ the runner compute() calls
@@ -146,7 +159,7 @@ class NativeEngine:
 
     def _plan(self, layer: nn.Layer) -> list:
         """What ``run(layer, x)`` does, worked out once per layer: (method, argument) steps."""
-        groups = list(fused_groups(layer)) if isinstance(layer, nn.Sequential) else [layer]
+        groups = list(fused_groups(layer)) if isinstance(layer, (nn.Sequential, list, tuple)) else [layer]
         steps, i = [], 0
         while i < len(groups):
             g = groups[i]
@@ -168,7 +181,7 @@ class NativeEngine:
         a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(_plain(x).transpose(0, 2, 3, 1))
         n, h, w, _ = a.shape
         for conv, (cin, cout, k, stride, pad, slope) in stack:
-            t, prim = onednn_conv.conv_for(n, cin, h, w, cout, k, stride, pad, slope)
+            t, prim = onednn.conv_for(n, cin, h, w, cout, k, stride, pad, slope)
             weight, bias = self._weights[id(conv)]
             key = (id(conv), n)
             wbuf = self._conv_weights.get(key)
@@ -193,17 +206,23 @@ class NativeEngine:
             a = np.ascontiguousarray(_plain(x), dtype=np.float32)
         if a.ndim != 2:
             raise _Unsupported(f"Linear on a {a.ndim}-D input")
-        t, prim = onednn_conv.linear_for(a.shape[0], weight.shape[0], weight.shape[1], slope)
+        t, prim = onednn.linear_for(a.shape[0], weight.shape[0], weight.shape[1], slope)
         y = np.empty((a.shape[0], weight.shape[1]), np.float32)
         prim(t, a.ctypes.data, weight.ctypes.data, bias.ctypes.data, y.ctypes.data)
         return y
 
     @staticmethod
     def _other(layer: nn.Layer, x):
-        """Activations and Flatten (the layers with no weights)."""
+        """The layers with no weights: activations, Flatten, MaxPool2D, and any layer with ``forward_numpy``."""
         if isinstance(layer, _ACTS):
             slope = np.float32(_slope(layer))
             return _elementwise(lambda a: np.maximum(a, 0) if slope == 0 else np.where(a > 0, a, a * slope), x)
+        if isinstance(layer, nn.Tanh):
+            return _elementwise(np.tanh, x)
+        if isinstance(layer, nn.MaxPool2D):
+            return _max_pool(layer, x)
+        if callable(getattr(layer, "forward_numpy", None)):  # e.g. gridworld's one-hot decoder (NCHW in, NCHW out)
+            return np.ascontiguousarray(layer.forward_numpy(_plain(x)), dtype=np.float32)
         if isinstance(layer, nn.Flatten) and layer.start_axis == 1 and layer.stop_axis == -1:
             if isinstance(x, _ChannelsLast):
                 return _FlatChannelsLast(x.a.reshape(len(x.a), -1), x.a.shape[1:])
@@ -216,7 +235,7 @@ class NativeEngine:
         obs = np.random.default_rng(0).integers(0, 256, (3, *obs_shape), dtype=np.uint8)
         got = self(obs)
         with paddle.no_grad():
-            ref = [r.numpy() for r in self.net(obs_to_tensor(obs))]
+            ref = [r.numpy() for r in self.net(unit_floats(obs))]
         for i, (g, r) in enumerate(zip(got, ref)):
             if g.shape != r.shape or not np.allclose(g, r, rtol=1e-4, atol=1e-5 * (1 + np.abs(r).max())):
                 raise RuntimeError(f"native engine output {i} differs from the network's "

@@ -9,14 +9,14 @@ gradient fused) primitives, with the activations kept channels-last (NHWC) from 
 the next so that nothing is reordered but the small weight tensors. On Mario's 32 -> 32
 3x3/2 layer at batch 96: forward 20.0 -> 5.1 ms, both gradients 35.0 -> 12.5 ms.
 
-``ctypes`` releases the GIL during each call, so the batch shards of ``common.fast_ops``
+``ctypes`` releases the GIL during each call, so the batch shards of ``common.cpu.fused``
 still run on their own threads; every thread gets its own stream and primitives (oneDNN's
 library-managed scratchpad is not shared safely between concurrent executions) and one
 OpenMP thread.
 
-Only what ``common.fast_ops.conv_stack`` and the collection engine (``common.native``: also
+Only what ``common.cpu.fused.conv_stack`` and the collection engine (``common.cpu.native``: also
 matmul and a uint8 -> float32 channels-last reorder) need: float32, groups 1, no dilation,
-symmetric integer padding. ``available()`` is False (and ``fast_ops`` keeps Paddle's kernels) when
+symmetric integer padding. ``available()`` is False (and ``fused`` keeps Paddle's kernels) when
 the library is missing, is not oneDNN 3.x, or a self-check against Paddle's convolution
 fails.
 """
@@ -290,7 +290,6 @@ def conv_for(n, cin, h, w, cout, k, stride, pad, slope) -> tuple:
 def _self_check() -> bool:
     """One small layer forward and backward against Paddle's kernels (guards the hard-coded C API constants)."""
     import paddle.nn.functional as F
-    from paddle import _C_ops
 
     gen = np.random.default_rng(0)
     x_np = gen.random((2, 3, 9, 9), dtype=np.float32)
@@ -308,9 +307,11 @@ def _self_check() -> bool:
     conv.backward_data(t, gy.data_ptr(), w.data_ptr(), gx.data_ptr())
     conv.backward_weights(t, xh.data_ptr(), gy.data_ptr(), gw.data_ptr(), gb.data_ptr())
     gy_nchw = paddle.to_tensor(gy.numpy().transpose(0, 3, 1, 2).copy())
-    rdx, rdw = _C_ops.conv2d_grad(x, w, gy_nchw, [2, 2], [1, 1], "EXPLICIT", [1, 1], 1, "NCHW")
-    return (np.allclose(gx.numpy().transpose(0, 3, 1, 2), rdx.numpy(), rtol=1e-4, atol=1e-5)
-            and np.allclose(gw.numpy(), rdw.numpy(), rtol=1e-4, atol=1e-4)
+    # the reference gradients through Paddle's public autograd (conv2d_grad is not in Paddle 2.6's _C_ops)
+    xr, wr = paddle.to_tensor(x_np, stop_gradient=False), paddle.to_tensor(w.numpy(), stop_gradient=False)
+    (F.conv2d(xr, wr, stride=2, padding=1) * gy_nchw).sum().backward()
+    return (np.allclose(gx.numpy().transpose(0, 3, 1, 2), xr.grad.numpy(), rtol=1e-4, atol=1e-5)
+            and np.allclose(gw.numpy(), wr.grad.numpy(), rtol=1e-4, atol=1e-4)
             and np.allclose(gb.numpy(), gy_nchw.numpy().sum(axis=(0, 2, 3)), rtol=1e-4, atol=1e-4))
 
 

@@ -6,11 +6,11 @@ policy's forward pass during collection (no gradients) a predictor built from th
 weights fuses the whole network (convolutions, linear layers, the input scaling) on oneDNN,
 with outputs equal to the dygraph network's within ~1e-6 (``tests/test_inference.py``).
 Against Paddle's own kernels it was 2-2.7x faster at batch 64-128; since the dygraph
-convolutions run on oneDNN too (``common/onednn_conv.py``) the margin is ~1.1x from batch 32
+convolutions run on oneDNN too (``common/cpu/onednn.py``) the margin is ~1.1x from batch 32
 up, and the bf16 predictor (opt-in) ~2.5x (``benchmarks/inference.py``, docs/performance.md).
 
-``InferenceEngine(net, obs_shape)`` exports ``net(obs_to_tensor(x))`` once (``paddle.jit.save``
-of the static graph; ``common.fast_ops`` falls back to the plain layers when traced) and
+``InferenceEngine(net, obs_shape)`` exports ``net(unit_floats(x))`` once (``paddle.jit.save``
+of the static graph; ``common.cpu.fused`` falls back to the plain layers when traced) and
 ``refresh()`` builds a predictor with the current weights (one parameter file write + a new
 predictor, ~30 ms; ``PPO`` calls it on first use after an update, a first call without one
 builds it). ``engine(x)``
@@ -35,10 +35,13 @@ PRECISIONS = ("fp32", "bf16")
 
 
 def onednn_available() -> bool:
-    """True when this Paddle can run the oneDNN predictor (a CPU build with oneDNN and Paddle Inference)."""
+    """True when this Paddle can run the oneDNN predictor (a CPU build with oneDNN and Paddle Inference,
+    and the parameter-file writer of Paddle 3's PIR, which ``refresh`` uses: not Paddle 2.6)."""
     try:
         from paddle import inference  # noqa: F401
     except ImportError:
+        return False
+    if not hasattr(paddle.base.libpaddle, "save_combine_func"):
         return False
     return bool(paddle.is_compiled_with_onednn() if hasattr(paddle, "is_compiled_with_onednn")
                 else paddle.base.core.is_compiled_with_mkldnn())
@@ -61,7 +64,7 @@ def _native_stderr_to(path: str):
 
 
 class _ObsInput(nn.Layer):
-    """uint8 observations -> ``net(x / 255)``: the trainer's ``obs_to_tensor`` inside the graph."""
+    """uint8 observations -> ``net(x / 255)``: ``common.cpu.unit_floats`` inside the graph."""
 
     def __init__(self, net: nn.Layer):
         super().__init__()
@@ -83,7 +86,7 @@ class InferenceEngine:
     """
 
     #: batches smaller than this stay on the training network: with the convolutions on oneDNN
-    #: (``common.onednn_conv``) the dygraph forward is as fast below ~32 samples, and the predictor
+    #: (``common.cpu.onednn``) the dygraph forward is as fast below ~32 samples, and the predictor
     #: costs a ~30 ms refresh per update (``benchmarks/inference.py``, docs/performance.md)
     min_batch = 32
 
@@ -109,7 +112,8 @@ class InferenceEngine:
                 sys.stderr.write(f.read())  # whatever Paddle logged, next to the exception
             raise
         finally:
-            net.train(was_training)
+            if was_training:  # Paddle 2.6's Layer.train() takes no mode argument
+                net.train()
         model_files = [f for f in os.listdir(self.dir) if f.startswith(_PREFIX + ".") and not f.endswith("params")]
         self.model_path = os.path.join(self.dir, sorted(model_files)[0])  # net.json (PIR) or net.pdmodel
         self.params_path = prefix + ".pdiparams"

@@ -16,7 +16,8 @@ import math
 import paddle
 import paddle.nn as nn
 
-from common.fast_ops import conv_stack
+from common import cpu
+from common.nets import Net
 
 CONV_SPECS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out_channels, kernel, stride)
 
@@ -40,7 +41,7 @@ def conv_output_hw(hw: int, specs=CONV_SPECS) -> int:
     return hw
 
 
-class ConvFeatureNet(nn.Layer):
+class ConvFeatureNet(Net):
     """float32[B, C, H, W] (normalized) -> float32[B, out_dim].
 
     ``hidden`` lists the sizes of extra ReLU-Linear layers before the output
@@ -68,12 +69,18 @@ class ConvFeatureNet(nn.Layer):
         w, b = param_attrs(init)
         layers.append(nn.Linear(d, out_dim, weight_attr=w, bias_attr=b))
         self.head = nn.Sequential(*layers)
+        self.flatten = nn.Flatten()
         self.out_dim = out_dim
+        # the conv stack in order, as plain lists (not sublayers: parameter names stay convs.i.*)
+        self._trunk = [m for conv in self.convs for m in (conv, self.act)]
+        self._to_map, self._from_map = self._trunk[:4], self._trunk[4:]
+
+    def compute(self, x, run, with_map: bool = False):
+        if not with_map:
+            return run(self.head, run(self.flatten, run(self._trunk, x)))
+        fmap = run(self._to_map, x)  # after the second convolution
+        return run(self.head, run(self.flatten, run(self._from_map, fmap))), fmap
 
     def forward_with_map(self, x):
-        # = self.act(conv(x)) per layer, fused and batch-sharded (common/fast_ops.py)
-        x, fmap = conv_stack([(conv, self.act._negative_slope) for conv in self.convs], x, keep=1)
-        return self.head(paddle.flatten(x, 1)), fmap
-
-    def forward(self, x):
-        return self.forward_with_map(x)[0]
+        """(features float32[B, out_dim], the map after the second convolution float32[B, C, H', W'])."""
+        return self.compute(x, cpu.run, with_map=True)

@@ -1,0 +1,84 @@
+"""CPU speed machinery, behind a small facade.
+
+The RL code (``common/ppo.py``, ``actor.py``, ``trainer.py``, ``intrinsic/``, the game folders)
+uses only the names below; how they are fast is this package's business:
+
+* ``run(layer, x)``: the runner a network's ``compute(x, run)`` is trained with
+  (``common.nets.Net``): runs of Conv2D + ReLU/LeakyReLU fused and, on CPU, computed on the
+  oneDNN library inside Paddle's wheel, in batch shards on threads; any other layer as is.
+* ``threads(n)``: while open, large convolution batches are split into ``n`` shards run
+  on ``n`` threads (the trainer opens it around its network work).
+* ``unit_floats(obs)``: ``uint8[B, C, H, W]`` -> float32 tensor in [0, 1] (the ``/ 255``).
+* ``standardize(x, mean, inv_std, clip)``: a normalizer's ``clip((x - mean) * inv_std)``.
+* ``collection_engine(net, obs_shape, kind)``: what runs the policy's forward passes while
+  collecting (``native``: numpy + oneDNN primitives; ``onednn``/``onednn-bf16``: a Paddle
+  Inference predictor; ``dygraph``: none), or None with the reason.
+* ``tune_allocator()``: keep freed tensor memory in the process (glibc).
+* ``available()``: whether the oneDNN fast paths run on this Paddle.
+
+Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
+``tests/test_native.py``); every fast path steps aside by itself where the installed Paddle
+lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN), and GPU runs never
+use them. Modules: ``onednn`` (the C API through ctypes), ``fused`` (fused and sharded
+convolutions, the training runner), ``native`` (the collection engine), ``predictor``
+(Paddle Inference), ``allocator``. Measurements: ``docs/performance.md``.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from common.cpu import onednn
+from common.cpu.allocator import tune_host_allocator as tune_allocator
+from common.cpu.fused import run_layer as run
+from common.cpu.fused import set_num_shards, standardize, unit_floats
+
+__all__ = ["available", "collection_engine", "run", "standardize", "threads", "tune_allocator", "unit_floats"]
+
+ENGINES = ("native", "onednn", "onednn-bf16", "dygraph")
+
+
+def available() -> bool:
+    """True when oneDNN loads from Paddle's wheel and passes its self-check."""
+    return onednn.available()
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Split large convolution batches into ``n`` shards on ``n`` threads while open (1: off)."""
+    if n <= 1:
+        yield
+        return
+    old = set_num_shards(n)
+    try:
+        yield
+    finally:
+        set_num_shards(old)
+
+
+def collection_engine(net, obs_shape, kind: str, batch: int):
+    """An engine ``engine(uint8 obs) -> [outputs as numpy]`` for ``net``'s collection forward passes,
+    with ``refresh()`` (copy the current weights), ``close()`` and ``min_batch``; None for ``dygraph``
+    or when ``kind`` cannot run this net here (a warning says why, except for networks the native
+    engine does not know, which quietly use the network itself).
+
+    ``batch``: the largest batch it will see (the predictor only pays off from its ``min_batch``).
+    """
+    if kind not in ENGINES:
+        raise ValueError(f"unknown collection engine {kind!r}; expected one of {', '.join(ENGINES)}")
+    if kind == "dygraph":
+        return None
+    try:
+        if kind == "native":
+            from common.cpu.native import NativeEngine
+
+            return NativeEngine(net, obs_shape) if NativeEngine.supports(net) else None
+        from common.cpu.predictor import InferenceEngine
+
+        if batch < InferenceEngine.min_batch:  # the export costs start-up time and saves nothing below it
+            return None
+        return InferenceEngine(net, obs_shape, precision="bf16" if kind == "onednn-bf16" else "fp32")
+    except Exception as e:  # noqa: BLE001 - no oneDNN in this Paddle, or a network the engine cannot run
+        warnings.warn(f"--inference {kind} is unavailable ({type(e).__name__}: {e}); collection runs the "
+                      "training network (--inference dygraph)", stacklevel=2)
+        return None

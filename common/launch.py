@@ -1,0 +1,47 @@
+"""The command line of every game's ``train.py``: ``run(SPEC)`` parses the flags, trains, exits.
+
+Exit status: 0 when the run finished; 1 with a message when it stopped on an error (the
+state of the last completed update is saved and named); 2 for a bad flag (argparse's
+convention, also for an unusable ``--log-path``); 130 / 143 after SIGINT / SIGTERM (a
+checkpoint is saved first), so scripts can tell.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from common.config import UnusablePathError, parse_config
+from common.game import GameSpec
+
+#: exit status of a run stopped by a signal (the shell's 128 + signal number)
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def run(spec: GameSpec, argv=None) -> dict:
+    """Entry point used by each game's train.py: parse flags, print the config, train.
+
+    Exits with a message (status 1) when the run stops on an error, and with 130 / 143
+    after SIGINT / SIGTERM (the checkpoint is saved first), so scripts can tell.
+    """
+    from common.checkpoint import CheckpointError
+    from common.trainer import NonFiniteLossError, RunStoppedError, Trainer
+
+    cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
+    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
+    try:
+        trainer = Trainer(spec, cfg)
+    except UnusablePathError as e:  # a flag's value: reported as argparse reports bad flags
+        print(f"{os.path.basename(sys.argv[0]) or spec.name}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    try:
+        result = trainer.train()
+    except (RunStoppedError, NonFiniteLossError) as e:
+        raise SystemExit(f"error: {e}") from None
+    if result["stopped_by_signal"]:
+        sys.stdout.flush()
+        raise SystemExit(SIGNAL_EXIT.get(trainer._stop_signal, 1))
+    return result
