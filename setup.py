@@ -9,8 +9,8 @@ and ``common.device`` tells clearly when no Paddle is installed:
     pip install -e ".[cpu]"        # fresh machine, CPU
     pip install -e .               # Paddle (CPU or GPU build) already installed
 """
-from setuptools import setup
 
+from setuptools import setup
 
 PADDLE_CPU = "paddlepaddle>=2.6,<4"
 
@@ -34,7 +34,8 @@ install_requires = [
 setup(
     name="paddle-curiosity",
     version="0.1.0",
-    description="PPO with Random/Self-supervised Network Distillation for Super Mario Bros and Montezuma's Revenge, on PaddlePaddle",
+    description="PPO with Random/Self-supervised Network Distillation for Super Mario Bros and "
+    "Montezuma's Revenge, on PaddlePaddle",
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
@@ -43,6 +44,14 @@ setup(
     extras_require={
         "cpu": [PADDLE_CPU],
         "gpu": ["paddlepaddle-gpu>=2.6,<4"],
-        "test": ["pytest>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "psutil>=5"],
+        "test": [
+            "pytest>=7",
+            "nbclient>=0.7",
+            "nbformat>=5",
+            "ipykernel>=6",
+            "psutil>=5",
+            "ruff==0.17.6",
+            "codespell>=2.2",
+        ],
     },
 )

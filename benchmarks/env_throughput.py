@@ -14,6 +14,7 @@ through pipes instead of shared memory. The last lines compare 2 workers x 16 en
 with 32 one-env processes (Montezuma) - on a machine with few cores, hosting several
 envs per worker wins because a step costs one message per worker, not per env.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -134,30 +135,56 @@ def time_vec(venv_ctor, steps: int, warmup: int, rng) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--games", nargs="+", choices=sorted(CONFIGS), default=["mario", "montezuma"],
-                        help="games to measure (default: mario montezuma); 'noop' is a do-nothing env "
-                             "that measures the vector env's own overhead")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="agent steps timed per configuration, over all its envs "
-                             "(default: mario 1500, montezuma 8000)")
-    parser.add_argument("--warmup", type=float, default=0.1,
-                        help="untimed warm-up, as a fraction of --steps (default: 0.1)")
-    parser.add_argument("--transport", choices=["shm", "pipe", "both"], default="shm",
-                        help="how subprocess workers return observations: shared memory (the "
-                             "default of SubprocVecEnv), pipes, or time both (default: shm)")
-    parser.add_argument("--start-method", default="spawn", choices=["spawn", "forkserver", "fork"],
-                        help="multiprocessing start method for the workers (default: spawn)")
-    parser.add_argument("--configs", nargs="+", default=None, metavar="LABEL",
-                        help="only these configuration labels, e.g. 2x16 32x1 'raw env'")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--games",
+        nargs="+",
+        choices=sorted(CONFIGS),
+        default=["mario", "montezuma"],
+        help="games to measure (default: mario montezuma); 'noop' is a do-nothing env "
+        "that measures the vector env's own overhead",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="agent steps timed per configuration, over all its envs (default: mario 1500, montezuma 8000)",
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=0.1, help="untimed warm-up, as a fraction of --steps (default: 0.1)"
+    )
+    parser.add_argument(
+        "--transport",
+        choices=["shm", "pipe", "both"],
+        default="shm",
+        help="how subprocess workers return observations: shared memory (the "
+        "default of SubprocVecEnv), pipes, or time both (default: shm)",
+    )
+    parser.add_argument(
+        "--start-method",
+        default="spawn",
+        choices=["spawn", "forkserver", "fork"],
+        help="multiprocessing start method for the workers (default: spawn)",
+    )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=None,
+        metavar="LABEL",
+        help="only these configuration labels, e.g. 2x16 32x1 'raw env'",
+    )
     args = parser.parse_args(argv)
 
     transports = ["shm", "pipe"] if args.transport == "both" else [args.transport]
     rng = np.random.default_rng(0)
-    print(f"cpus: {os.cpu_count()}  start method: {args.start_method}  "
-          f"load average at start: {os.getloadavg()[0]:.1f} (other processes skew the figures)")
+    print(
+        f"cpus: {os.cpu_count()}  start method: {args.start_method}  "
+        f"load average at start: {os.getloadavg()[0]:.1f} (other processes skew the figures)"
+    )
     header = f"{'game':<10} {'config':<13} {'workers':>7} {'envs':>5} {'transport':>9} {'start s':>8} {'steps/s':>9}"
     print(header)
     print("-" * len(header))
@@ -170,20 +197,28 @@ def main(argv=None) -> int:
             if args.configs and label not in args.configs:
                 continue
             n = max(1, workers) * per_worker
-            for transport in (transports if kind == "subproc" else ["-"]):
+            for transport in transports if kind == "subproc" else ["-"]:
                 if kind == "raw":
                     startup, sps = time_raw(fn, steps, warmup, rng)
                 elif kind == "inproc":
                     startup, sps = time_vec(lambda: InProcessVecEnv([fn] * n, seed=0), steps, warmup, rng)
                 else:
                     startup, sps = time_vec(
-                        lambda: SubprocVecEnv([fn] * n, num_workers=workers, seed=0,
-                                              start_method=args.start_method,
-                                              shared_memory=(transport == "shm")),
-                        steps, warmup, rng)
+                        lambda: SubprocVecEnv(
+                            [fn] * n,
+                            num_workers=workers,
+                            seed=0,
+                            start_method=args.start_method,
+                            shared_memory=(transport == "shm"),
+                        ),
+                        steps,
+                        warmup,
+                        rng,
+                    )
                 results[(game, label, transport)] = sps
-                print(f"{game:<10} {label:<13} {workers:>7} {n:>5} {transport:>9} {startup:>8.2f} {sps:>9.0f}",
-                      flush=True)
+                print(
+                    f"{game:<10} {label:<13} {workers:>7} {n:>5} {transport:>9} {startup:>8.2f} {sps:>9.0f}", flush=True
+                )
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     for transport in transports:
         a, b = results.get(("montezuma", "2x16", transport)), results.get(("montezuma", "32x1", transport))

@@ -31,6 +31,7 @@ PPO on the same task, the difference of the mean success at budget with a 95 %
 bootstrap interval (seeds resampled with replacement within each method, 10,000
 resamples, fixed generator).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,13 +54,22 @@ ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole 
 
 #: key -> (env id, frame budget, what makes it hard)
 TASKS = {
-    "keycorridor": ("MiniGrid-KeyCorridorS3R2-v0", 733 * ROLLOUT,
-                    "open doors to find a key in a side room, unlock the locked room, pick up the ball; 270 steps"),
-    "doorkey8": ("MiniGrid-DoorKey-8x8-v0", 489 * ROLLOUT,
-                 "pick up the key, unlock the door, reach the goal, in an 8x8 room; 640 steps. A known trap for "
-                 "curiosity: novelty can be farmed by dropping the key and toggling the door"),
-    "doorkey5": ("MiniGrid-DoorKey-5x5-v0", 147 * ROLLOUT,
-                 "the same in 5x5, 250 steps: plain PPO learns it too (continuity with suite v1)"),
+    "keycorridor": (
+        "MiniGrid-KeyCorridorS3R2-v0",
+        733 * ROLLOUT,
+        "open doors to find a key in a side room, unlock the locked room, pick up the ball; 270 steps",
+    ),
+    "doorkey8": (
+        "MiniGrid-DoorKey-8x8-v0",
+        489 * ROLLOUT,
+        "pick up the key, unlock the door, reach the goal, in an 8x8 room; 640 steps. A known trap for "
+        "curiosity: novelty can be farmed by dropping the key and toggling the door",
+    ),
+    "doorkey5": (
+        "MiniGrid-DoorKey-5x5-v0",
+        147 * ROLLOUT,
+        "the same in 5x5, 250 steps: plain PPO learns it too (continuity with suite v1)",
+    ),
 }
 
 #: key -> (label, gridworld/train.py flags). Curiosity methods run with the game's defaults
@@ -71,8 +81,10 @@ METHODS = {
     "snd-std": ("PPO+SND-STD", ["--intrinsic", "snd-std"]),
     "snd-vic": ("PPO+SND-VIC", ["--intrinsic", "snd-vic"]),
     "rnd-ungated": ("RND, no first-visit gate", ["--intrinsic", "rnd", "--no-int-first-visit"]),
-    "snd-v-fulltarget": ("SND-V, target on all of each minibatch", ["--intrinsic", "snd-v",
-                                                                      "--target-proportion", "1"]),
+    "snd-v-fulltarget": (
+        "SND-V, target on all of each minibatch",
+        ["--intrinsic", "snd-v", "--target-proportion", "1"],
+    ),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -86,9 +98,9 @@ PLAN = (
     ("doorkey5", ("none", "rnd", "snd-v", "snd-std", "snd-vic"), 3),
 )
 
-FINAL_WINDOW = 0.1   # "at the budget": episodes that ended in the last 10 % of the frames
-CURVE_POINTS = 40    # curve points per run in its summary
-HALF = 0.5           # the success rate of "frames to 50 %"
+FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames
+CURVE_POINTS = 40  # curve points per run in its summary
+HALF = 0.5  # the success rate of "frames to 50 %"
 BOOTSTRAP = 10_000
 START, END = "<!-- exploration-table:start -->", "<!-- exploration-table:end -->"
 RESULTS = os.path.join(ROOT, "docs", "results", "exploration")
@@ -104,17 +116,40 @@ def run_name(task, method, seed):
 
 def command(task, method, seed, frames, out):
     """gridworld/train.py's argv for one run (paths relative to the repository in the summary)."""
-    return [sys.executable, os.path.join(ROOT, "gridworld", "train.py"),
-            "--env-id", TASKS[task][0], *METHODS[method][1], "--seed", str(seed),
-            "--num-global-steps", str(frames), "--log-path", out, "--run-name", run_name(task, method, seed),
-            "--eval-interval", "0", "--video-interval", "0", "--save-interval", "0", "--embedding-interval", "0",
-            "--histogram-interval", "0", "--num-threads", "1"]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "gridworld", "train.py"),
+        "--env-id",
+        TASKS[task][0],
+        *METHODS[method][1],
+        "--seed",
+        str(seed),
+        "--num-global-steps",
+        str(frames),
+        "--log-path",
+        out,
+        "--run-name",
+        run_name(task, method, seed),
+        "--eval-interval",
+        "0",
+        "--video-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--embedding-interval",
+        "0",
+        "--histogram-interval",
+        "0",
+        "--num-threads",
+        "1",
+    ]
 
 
 def code_commit() -> str:
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -140,25 +175,38 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv) -> dict:
     per_update = windowed_success(steps, succ, updates, window)
     reached = np.flatnonzero(np.nan_to_num(per_update) >= HALF)
     points = np.linspace(frames / CURVE_POINTS, frames, CURVE_POINTS).round().astype(int)
-    shares = {k.rsplit("/", 1)[1]: float(v[-max(1, int(FINAL_WINDOW * len(v))):].mean())
-              for k, (_, v) in m.items() if k.startswith("charts/action_share/")}
+    shares = {
+        k.rsplit("/", 1)[1]: float(v[-max(1, int(FINAL_WINDOW * len(v))) :].mean())
+        for k, (_, v) in m.items()
+        if k.startswith("charts/action_share/")
+    }
     raw_steps, raw = m.get("intrinsic/raw_reward_mean", (np.zeros(0), np.zeros(0)))
     raw_pick = np.unique(np.linspace(0, len(raw) - 1, min(len(raw), 20)).round().astype(int)) if len(raw) else []
     root = ROOT + os.sep
     return {
-        "task": task, "env_id": TASKS[task][0], "method": method, "seed": seed, "frames": int(frames),
-        "seconds": round(float(seconds), 1), "frames_per_second": round(frames / max(seconds, 1e-9), 1),
+        "task": task,
+        "env_id": TASKS[task][0],
+        "method": method,
+        "seed": seed,
+        "frames": int(frames),
+        "seconds": round(float(seconds), 1),
+        "frames_per_second": round(frames / max(seconds, 1e-9), 1),
         "episodes": int(len(steps)),
         "success_at_budget": float(succ[last].mean()) if last.any() else 0.0,
         "return_at_budget": float(ret[last].mean()) if last.any() else 0.0,
         "auc": float(succ.mean()) if len(succ) else 0.0,
         "frames_to_half": int(updates[reached[0]]) if len(reached) else None,
-        "curve": {"frames": points.tolist(),
-                  "success": [None if np.isnan(v) else round(float(v), 4)
-                              for v in windowed_success(steps, succ, points, window)]},
+        "curve": {
+            "frames": points.tolist(),
+            "success": [
+                None if np.isnan(v) else round(float(v), 4) for v in windowed_success(steps, succ, points, window)
+            ],
+        },
         "action_share_at_budget": {k: round(v, 4) for k, v in sorted(shares.items())},
-        "intrinsic_raw_reward": {"frames": [int(raw_steps[i]) for i in raw_pick],
-                                 "value": [round(float(raw[i]), 5) for i in raw_pick]},
+        "intrinsic_raw_reward": {
+            "frames": [int(raw_steps[i]) for i in raw_pick],
+            "value": [round(float(raw[i]), 5) for i in raw_pick],
+        },
         "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
         "code_commit": code_commit(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -224,8 +272,11 @@ def run_suite(todo, out, results, jobs):
             else:
                 failed.append(name)
                 note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
-            print(f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
-                  f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed", flush=True)
+            print(
+                f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
+                f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
+                flush=True,
+            )
     return failed
 
 
@@ -261,18 +312,25 @@ def _fmt_frames(x):
 
 def markdown(summaries, plan) -> str:
     tasks = list(dict.fromkeys(t for t, _, _ in plan))
-    lines = [START, "",
-             "Generated by `python benchmarks/exploration.py --report-only` from "
-             "`docs/results/exploration/*.json`. Success = success rate of the training episodes that ended in the "
-             "last 10 % of a run's frames; per-seed values in seed order; Δ vs PPO = difference of the mean success "
-             "with its 95 % bootstrap interval; frames to 50 % per seed (- = not reached); wall = minutes per run "
-             "(2 runs at a time on 2 cores, one thread each).", ""]
+    lines = [
+        START,
+        "",
+        "Generated by `python benchmarks/exploration.py --report-only` from "
+        "`docs/results/exploration/*.json`. Success = success rate of the training episodes that ended in the "
+        "last 10 % of a run's frames; per-seed values in seed order; Δ vs PPO = difference of the mean success "
+        "with its 95 % bootstrap interval; frames to 50 % per seed (- = not reached); wall = minutes per run "
+        "(2 runs at a time on 2 cores, one thread each).",
+        "",
+    ]
     for task in tasks:
         env_id, frames, hard = TASKS[task]
         methods = list(dict.fromkeys(m for t, ms, _ in plan if t == task for m in ms))
-        lines += [f"**{env_id}**, {frames:,} frames: {hard}.", "",
-                  "| method | n | success at budget | per seed | Δ vs PPO [95% CI] | frames to 50 % | AUC | wall (min) |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"**{env_id}**, {frames:,} frames: {hard}.",
+            "",
+            "| method | n | success at budget | per seed | Δ vs PPO [95% CI] | frames to 50 % | AUC | wall (min) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         base = [s["success_at_budget"] for s in summaries.get((task, "none"), [])]
         for method in methods:
             runs = summaries.get((task, method), [])
@@ -288,17 +346,25 @@ def markdown(summaries, plan) -> str:
             else:
                 lo, hi = bootstrap_diff(succ, base)
                 delta = f"{succ.mean() - np.mean(base):+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            lines.append(f"| {label} | {len(runs)} | {succ.mean():.2f} ± {succ.std():.2f} | "
-                         f"{', '.join(f'{v:.2f}' for v in succ)} | {delta} | "
-                         f"{', '.join(_fmt_frames(s['frames_to_half']) for s in runs)} | "
-                         f"{auc.mean():.3f} ± {auc.std():.3f} | {wall:.1f} |")
+            lines.append(
+                f"| {label} | {len(runs)} | {succ.mean():.2f} ± {succ.std():.2f} | "
+                f"{', '.join(f'{v:.2f}' for v in succ)} | {delta} | "
+                f"{', '.join(_fmt_frames(s['frames_to_half']) for s in runs)} | "
+                f"{auc.mean():.3f} ± {auc.std():.3f} | {wall:.1f} |"
+            )
         lines.append("")
         shares = [(m, summaries[(task, m)]) for m in methods if (task, m) in summaries]
-        names = sorted({k for _, runs in shares for s in runs for k in s["action_share_at_budget"]},
-                       key=("left", "right", "forward", "pickup", "drop", "toggle", "done").index)
+        names = sorted(
+            {k for _, runs in shares for s in runs for k in s["action_share_at_budget"]},
+            key=("left", "right", "forward", "pickup", "drop", "toggle", "done").index,
+        )
         if names:
-            lines += ["Action shares in the last 10 % of the frames (mean over seeds):", "",
-                      "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+            lines += [
+                "Action shares in the last 10 % of the frames (mean over seeds):",
+                "",
+                "| method | " + " | ".join(names) + " |",
+                "|---|" + "---|" * len(names),
+            ]
             for m, runs in shares:
                 vals = [np.mean([s["action_share_at_budget"].get(k, 0.0) for s in runs]) for k in names]
                 lines.append(f"| {METHODS[m][0]} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
@@ -311,7 +377,7 @@ def write_doc(path, block):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Exploration benchmark\n\n"
     if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     with open(path, "w", encoding="utf-8") as f:
@@ -338,7 +404,7 @@ def plot(summaries, plan, path):
             c = np.array([[np.nan if v is None else v for v in s["curve"]["success"]] for s in runs], float)
             c = np.where(np.isnan(c), 0.0, c)  # no episode ended in the window: nothing succeeded there
             style = "--" if method in ("rnd-ungated", "snd-v-fulltarget") else "-"
-            line, = ax.plot(x, c.mean(0), style, label=f"{METHODS[method][0]} (n={len(runs)})")
+            (line,) = ax.plot(x, c.mean(0), style, label=f"{METHODS[method][0]} (n={len(runs)})")
             ax.fill_between(x, c.min(0), c.max(0), color=line.get_color(), alpha=0.12)
         ax.set_title(TASKS[task][0].removeprefix("MiniGrid-").removesuffix("-v0"), fontsize=10)
         ax.set_xlabel("frames")
@@ -352,18 +418,24 @@ def plot(summaries, plan, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help=f"CI-sized: {QUICK_UPDATES} updates of PPO and RND on DoorKey-5x5, 1 seed, results and "
-                        "report in a scratch folder (the committed results are not touched)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"CI-sized: {QUICK_UPDATES} updates of PPO and RND on DoorKey-5x5, 1 seed, results and "
+        "report in a scratch folder (the committed results are not touched)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (one CPU thread each)")
     p.add_argument("--out", default=None, help="scratch folder of the run folders (default: runs/exploration)")
-    p.add_argument("--results", default=None, help="folder of the per-run summaries (default: "
-                                                   "docs/results/exploration; --quick: <out>/results)")
+    p.add_argument(
+        "--results",
+        default=None,
+        help="folder of the per-run summaries (default: docs/results/exploration; --quick: <out>/results)",
+    )
     p.add_argument("--docs", default=None, help="where exploration.md/.png go (default: docs; --quick: <out>)")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot from the "
-                                                              "summaries")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot from the summaries")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs} is invalid: expected a positive integer")
@@ -374,8 +446,7 @@ def main(argv=None):
     budgets = {t: (QUICK_UPDATES * ROLLOUT if args.quick else TASKS[t][1]) for t in TASKS}
     if not args.report_only:
         todo = [r for r in planned(plan, budgets) if not os.path.exists(summary_path(results, *r[:3]))]
-        print(f"{len(todo)} runs to do, {sum(r[3] for r in todo):,} frames in all; summaries in {results}",
-              flush=True)
+        print(f"{len(todo)} runs to do, {sum(r[3] for r in todo):,} frames in all; summaries in {results}", flush=True)
         failed = run_suite(todo, out, results, args.jobs)
         if failed:
             print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)

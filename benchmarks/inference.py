@@ -15,6 +15,7 @@
     python benchmarks/inference.py                  # ~4 min
     python benchmarks/inference.py --skip collect
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,10 @@ def forward_table(batches, repeats: int) -> None:
     import numpy as np
     import paddle
 
-    from common.device import set_device
-    from common.cpu.predictor import InferenceEngine
-    from common.cpu.native import NativeEngine
     from common.cpu import unit_floats as obs_to_tensor
+    from common.cpu.native import NativeEngine
+    from common.cpu.predictor import InferenceEngine
+    from common.device import set_device
     from mario.model import MARIO
     from montezuma.model import RNDPolicy
 
@@ -62,8 +63,12 @@ def forward_table(batches, repeats: int) -> None:
     busy = mp.Process(target=_busy, args=(stop,), daemon=True)
     busy.start()
     try:
-        print(f"{'network':<10} {'batch':>5} " + " ".join(f"{m + ' ms':>11}" for m in MODES)
-              + " " + " ".join(f"{m + ' speed-up':>16}" for m in MODES[1:]))
+        print(
+            f"{'network':<10} {'batch':>5} "
+            + " ".join(f"{m + ' ms':>11}" for m in MODES)
+            + " "
+            + " ".join(f"{m + ' speed-up':>16}" for m in MODES[1:])
+        )
         for name, net in (("Mario", MARIO(4, 7)), ("Montezuma", RNDPolicy(4, 18))):
             net.eval()
             engines = {p: InferenceEngine(net, (4, 84, 84), precision=p) for p in ("fp32", "bf16")}
@@ -78,8 +83,13 @@ def forward_table(batches, repeats: int) -> None:
                 ms = {"dygraph": _median_ms(dygraph, repeats)}
                 for p, e in engines.items():
                     ms[p] = _median_ms(lambda e=e: e(x), repeats)
-                print(f"{name:<10} {b:>5} " + " ".join(f"{ms[m]:>11.2f}" for m in MODES) + " "
-                      + " ".join(f"{ms['dygraph'] / ms[m]:>15.2f}x" for m in MODES[1:]), flush=True)
+                print(
+                    f"{name:<10} {b:>5} "
+                    + " ".join(f"{ms[m]:>11.2f}" for m in MODES)
+                    + " "
+                    + " ".join(f"{ms['dygraph'] / ms[m]:>15.2f}x" for m in MODES[1:]),
+                    flush=True,
+                )
             for e in engines.values():
                 e.close()
     finally:
@@ -92,24 +102,41 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
 
     from common.actor import Actor
     from common.config import parse_config
-    from common.cpu.predictor import InferenceEngine
     from common.cpu.native import NativeEngine
+    from common.cpu.predictor import InferenceEngine
     from common.trainer import Trainer
 
     if game == "mario":
         from mario.train import SPEC
+
         argv = ["--world", "4", "--stage", "4"]
     else:
         from montezuma.train import SPEC
+
         argv = []
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = parse_config(SPEC.config_cls, argv + ["--num-processes", str(num_envs), "--num-local-steps", str(steps),
-                                                    "--obs-norm-steps", "2", "--log-path", tmp])
+        cfg = parse_config(
+            SPEC.config_cls,
+            argv
+            + [
+                "--num-processes",
+                str(num_envs),
+                "--num-local-steps",
+                str(steps),
+                "--obs-norm-steps",
+                "2",
+                "--log-path",
+                tmp,
+            ],
+        )
         tr = Trainer(SPEC, cfg)
         try:
-            engines = {"dygraph": None, "native": NativeEngine(tr.policy, tr.obs_shape),
-                       "fp32": InferenceEngine(tr.policy, tr.obs_shape, precision="fp32"),
-                       "bf16": InferenceEngine(tr.policy, tr.obs_shape, precision="bf16")}
+            engines = {
+                "dygraph": None,
+                "native": NativeEngine(tr.policy, tr.obs_shape),
+                "fp32": InferenceEngine(tr.policy, tr.obs_shape, precision="fp32"),
+                "bf16": InferenceEngine(tr.policy, tr.obs_shape, precision="bf16"),
+            }
             tr.envs = tr._make_envs()
             obs = tr.init_obs_normalizer(tr.envs.reset())
             rates = {m: [] for m in MODES}
@@ -121,8 +148,13 @@ def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
                         obs, _ = tr.collect(obs)
                         rates[m].append(steps * num_envs / (time.perf_counter() - t))
             med = {m: statistics.median(r) for m, r in rates.items()}
-            print(f"{game:<10} {num_envs:>4} envs  " + "  ".join(f"{m} {med[m]:>7.0f}" for m in MODES) + "  "
-                  + "  ".join(f"{m}/dygraph {med[m] / med['dygraph']:.2f}x" for m in MODES[1:]), flush=True)
+            print(
+                f"{game:<10} {num_envs:>4} envs  "
+                + "  ".join(f"{m} {med[m]:>7.0f}" for m in MODES)
+                + "  "
+                + "  ".join(f"{m}/dygraph {med[m] / med['dygraph']:.2f}x" for m in MODES[1:]),
+                flush=True,
+            )
             tr.actor = Actor(tr.policy)
             for m in ("fp32", "bf16"):
                 engines[m].close()

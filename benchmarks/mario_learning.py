@@ -11,6 +11,7 @@ Phases (default: all three in order):
     python benchmarks/mario_learning.py --phase train         # only the training run
     python benchmarks/mario_learning.py --plot-only runs/evidence/mario11_rnd
 """
+
 import argparse
 import json
 import os
@@ -24,9 +25,28 @@ sys.path.insert(0, ROOT)
 
 
 def train_command(args):
-    return [sys.executable, "mario/train.py", "--world", "1", "--stage", "1", "--intrinsic", "rnd",
-            "--num-global-steps", str(args.num_global_steps), "--eval-interval", "5", "--video-interval", "25",
-            "--log-path", args.log_path, "--run-name", args.run_name, "--seed", str(args.seed)]
+    return [
+        sys.executable,
+        "mario/train.py",
+        "--world",
+        "1",
+        "--stage",
+        "1",
+        "--intrinsic",
+        "rnd",
+        "--num-global-steps",
+        str(args.num_global_steps),
+        "--eval-interval",
+        "5",
+        "--video-interval",
+        "25",
+        "--log-path",
+        args.log_path,
+        "--run-name",
+        args.run_name,
+        "--seed",
+        str(args.seed),
+    ]
 
 
 def train(args):
@@ -50,8 +70,11 @@ def train(args):
     run_dir = os.path.join(ROOT, args.log_path, args.run_name)
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "benchmark_train.json"), "w") as f:
-        json.dump({"command": " ".join(cmd), "minutes": args.minutes, "wall_s": wall,
-                   "returncode": proc.returncode}, f, indent=1)
+        json.dump(
+            {"command": " ".join(cmd), "minutes": args.minutes, "wall_s": wall, "returncode": proc.returncode},
+            f,
+            indent=1,
+        )
     print(f"[mario_learning] trainer exited with {proc.returncode} after {wall:.0f} s", flush=True)
     return proc.returncode
 
@@ -79,14 +102,25 @@ def baseline(run_dir, args):
             print(f"[baseline] episode {len(xs)}: x_pos {xs[-1]} flag {flags[-1]} steps {n}", flush=True)
     finally:
         env.close()
-    out = {"episodes": len(xs), "x_pos": xs, "flag": flags, "length": lengths,
-           "x_pos_mean": float(np.mean(xs)), "x_pos_std": float(np.std(xs)), "x_pos_max": int(np.max(xs)),
-           "wall_s": time.time() - start, "seed": args.seed, "action_type": "simple"}
+    out = {
+        "episodes": len(xs),
+        "x_pos": xs,
+        "flag": flags,
+        "length": lengths,
+        "x_pos_mean": float(np.mean(xs)),
+        "x_pos_std": float(np.std(xs)),
+        "x_pos_max": int(np.max(xs)),
+        "wall_s": time.time() - start,
+        "seed": args.seed,
+        "action_type": "simple",
+    }
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "random_baseline.json"), "w") as f:
         json.dump(out, f, indent=1)
-    print(f"[baseline] {out['episodes']} episodes: final x_pos {out['x_pos_mean']:.1f} +- {out['x_pos_std']:.1f}",
-          flush=True)
+    print(
+        f"[baseline] {out['episodes']} episodes: final x_pos {out['x_pos_mean']:.1f} +- {out['x_pos_std']:.1f}",
+        flush=True,
+    )
     return out
 
 
@@ -94,7 +128,7 @@ def _rolling(values, window):
     import numpy as np
 
     values = np.asarray(values, dtype=float)
-    return np.array([values[max(0, i + 1 - window):i + 1].mean() for i in range(len(values))])
+    return np.array([values[max(0, i + 1 - window) : i + 1].mean() for i in range(len(values))])
 
 
 def plot(run_dir, args):
@@ -130,14 +164,24 @@ def plot(run_dir, args):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if len(ep_x):
         ax.scatter(ep_steps, ep_x, s=6, alpha=0.25, color="tab:blue", label="episode final x_pos")
-        ax.plot(ep_steps, _rolling(ep_x, window), color="tab:blue", lw=2,
-                label=f"rolling mean over {window} episodes (PPO + RND)")
+        ax.plot(
+            ep_steps,
+            _rolling(ep_x, window),
+            color="tab:blue",
+            lw=2,
+            label=f"rolling mean over {window} episodes (PPO + RND)",
+        )
     if "eval/x_pos" in m:
         ax.plot(*m["eval/x_pos"], "o--", color="tab:green", ms=4, lw=1, label="greedy evaluation x_pos")
     if base:
         mu, sd = base["x_pos_mean"], base["x_pos_std"]
-        ax.axhspan(mu - sd, mu + sd, color="tab:red", alpha=0.15,
-                   label=f"random policy, mean +- std ({base['episodes']} episodes)")
+        ax.axhspan(
+            mu - sd,
+            mu + sd,
+            color="tab:red",
+            alpha=0.15,
+            label=f"random policy, mean +- std ({base['episodes']} episodes)",
+        )
         ax.axhline(mu, color="tab:red", lw=1.5)
     ax.axhline(3161, color="black", lw=0.8, ls=":", label="flagpole (x_pos ~3160)")
     ax.set_xlabel("agent steps (summed over environments)")
@@ -166,8 +210,7 @@ def plot(run_dir, args):
         "x_pos_max": float(ep_x.max()) if len(ep_x) else None,
         "flags": int(ep_flag.sum()),
         "eval_x_pos": m["eval/x_pos"][1].tolist() if "eval/x_pos" in m else None,
-        "random": None if base is None else {k: base[k] for k in ("episodes", "x_pos_mean", "x_pos_std",
-                                                                    "x_pos_max")},
+        "random": None if base is None else {k: base[k] for k in ("episodes", "x_pos_mean", "x_pos_std", "x_pos_max")},
     }
     with open(os.path.join(run_dir, "benchmark_summary.json"), "w") as f:
         json.dump(r, f, indent=1)
@@ -177,7 +220,8 @@ def plot(run_dir, args):
 
     cmd = train_info.get("command", " ".join(train_command(args))).replace(sys.executable, "python")
     lines = [
-        "# Mario 1-1: does PPO + RND learn? (tutorial hyperparameters, CPU)", "",
+        "# Mario 1-1: does PPO + RND learn? (tutorial hyperparameters, CPU)",
+        "",
         f"One run of `mario/train.py` on world 1-1 with the tutorial's hyperparameters "
         f"({cfg.get('num_processes')} processes, {cfg.get('num_local_steps')} local steps, "
         f"{cfg.get('num_epochs')} epochs, {cfg.get('batch_size')} minibatches, lr {cfg.get('lr')}, "
@@ -185,9 +229,12 @@ def plot(run_dir, args):
         f"intrinsic {cfg.get('intrinsic')}, int-coef {cfg.get('int_coef')}, seed {cfg.get('seed')}), stopped by "
         f"SIGINT after a wall-clock budget of {fmt(train_info.get('minutes'), 'g')} minutes, on a shared 2-core "
         "CPU machine (other jobs were running). An episode ends when Mario loses a life or reaches the flag "
-        "(single-stage env), so `x_pos` is how far he got on that life.", "",
-        "![episode x_pos over agent steps](mario_learning.png)", "",
-        "| quantity | value |", "| --- | --- |",
+        "(single-stage env), so `x_pos` is how far he got on that life.",
+        "",
+        "![episode x_pos over agent steps](mario_learning.png)",
+        "",
+        "| quantity | value |",
+        "| --- | --- |",
         f"| agent steps reached | {steps_reached} ({r['updates']} updates) |",
         f"| wall time of the training run | {fmt(wall)} s |",
         f"| steps/s (steps / wall time, incl. start-up and evaluations) | {fmt(r['steps_per_sec_wall'], '.1f')} |",
@@ -201,42 +248,71 @@ def plot(run_dir, args):
         f"| flags reached (training episodes) | {r['flags']} |",
     ]
     if r["eval_x_pos"]:
-        lines.append(f"| greedy evaluation x_pos (every 5 updates) | {', '.join(str(int(v)) for v in r['eval_x_pos'])} |")
+        lines.append(
+            f"| greedy evaluation x_pos (every 5 updates) | {', '.join(str(int(v)) for v in r['eval_x_pos'])} |"
+        )
     if base:
-        lines.append(f"| random policy (uniform over the {base.get('action_type')} action set, seed {base.get('seed')}): "
-                     f"final x_pos mean +- std ({base['episodes']} episodes, max) | "
-                     f"{base['x_pos_mean']:.0f} +- {base['x_pos_std']:.0f} (max {base['x_pos_max']}) |")
+        lines.append(
+            f"| random policy (uniform over the {base.get('action_type')} action set, seed {base.get('seed')}): "
+            f"final x_pos mean +- std ({base['episodes']} episodes, max) | "
+            f"{base['x_pos_mean']:.0f} +- {base['x_pos_std']:.0f} (max {base['x_pos_max']}) |"
+        )
     if len(ep_x):
         half = len(ep_x) // 2
-        lines += ["", f"Episodes in the first half of the run: mean final x_pos {ep_x[:half].mean():.0f} "
-                  f"({half} episodes); second half: {ep_x[half:].mean():.0f} ({len(ep_x) - half} episodes)."
-                  + (f" Standard error of the random baseline's mean: {base['x_pos_std'] / np.sqrt(base['episodes']):.0f}."
-                     if base else ""), "",
-                  "Per update (episodes finished during that update's rollout, logged at the step after it):", "",
-                  "| update | agent steps | episodes | mean x_pos | max x_pos | flags |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"Episodes in the first half of the run: mean final x_pos {ep_x[:half].mean():.0f} "
+            f"({half} episodes); second half: {ep_x[half:].mean():.0f} ({len(ep_x) - half} episodes)."
+            + (
+                f" Standard error of the random baseline's mean: {base['x_pos_std'] / np.sqrt(base['episodes']):.0f}."
+                if base
+                else ""
+            ),
+            "",
+            "Per update (episodes finished during that update's rollout, logged at the step after it):",
+            "",
+            "| update | agent steps | episodes | mean x_pos | max x_pos | flags |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for u, step in enumerate(np.unique(ep_steps)):
             sel = ep_steps == step
-            lines.append(f"| {int(step) // int(cfg.get('num_processes', 1) * cfg.get('num_local_steps', 1))} | {int(step)} | "
-                         f"{int(sel.sum())} | {ep_x[sel].mean():.0f} | {ep_x[sel].max():.0f} | "
-                         f"{int(ep_flag[sel].sum()) if len(ep_flag) == len(ep_x) else '-'} |")
+            lines.append(
+                f"| {int(step) // int(cfg.get('num_processes', 1) * cfg.get('num_local_steps', 1))} | {int(step)} | "
+                f"{int(sel.sum())} | {ep_x[sel].mean():.0f} | {ep_x[sel].max():.0f} | "
+                f"{int(ep_flag[sel].sum()) if len(ep_flag) == len(ep_x) else '-'} |"
+            )
     if len(ep_x) and base:
         half = len(ep_x) // 2
         se = base["x_pos_std"] / np.sqrt(base["episodes"])
         diff = ep_x[half:].mean() - base["x_pos_mean"]
-        lines += ["", "Reading: the run reached "
-                  f"{steps_reached} agent steps, {100 * steps_reached / 5_000_000:.1f}% of the trainer's default "
-                  f"--num-global-steps (5M). The second half of its episodes ends {diff:+.0f} x_pos from the random "
-                  f"policy's mean ({diff / se:+.1f} standard errors of that mean); max x_pos {r['x_pos_max']:.0f} vs "
-                  f"{base['x_pos_max']} for random; {r['flags']} flags. "
-                  + ("Greedy evaluation episodes end at x_pos " + "/".join(str(int(v)) for v in r["eval_x_pos"])
-                     + ". " if r["eval_x_pos"] else "")
-                  + "A one-hour CPU budget on this machine is far too short to show Mario 1-1 being solved; "
-                  "read this as a throughput measurement plus an early trend, not as a learning curve to convergence."]
-    lines += ["", "Command (run by `benchmarks/mario_learning.py`, which sends SIGINT when the budget is over):", "",
-              "```bash", cmd, "```", "",
-              "Reproduce everything (training, random baseline, plot): `python benchmarks/mario_learning.py "
-              "--minutes 60`; regenerate this page from the run folder: `python benchmarks/mario_learning.py "
-              f"--plot-only {os.path.relpath(run_dir, ROOT)}`.", ""]
+        lines += [
+            "",
+            "Reading: the run reached "
+            f"{steps_reached} agent steps, {100 * steps_reached / 5_000_000:.1f}% of the trainer's default "
+            f"--num-global-steps (5M). The second half of its episodes ends {diff:+.0f} x_pos from the random "
+            f"policy's mean ({diff / se:+.1f} standard errors of that mean); max x_pos {r['x_pos_max']:.0f} vs "
+            f"{base['x_pos_max']} for random; {r['flags']} flags. "
+            + (
+                "Greedy evaluation episodes end at x_pos " + "/".join(str(int(v)) for v in r["eval_x_pos"]) + ". "
+                if r["eval_x_pos"]
+                else ""
+            )
+            + "A one-hour CPU budget on this machine is far too short to show Mario 1-1 being solved; "
+            "read this as a throughput measurement plus an early trend, not as a learning curve to convergence.",
+        ]
+    lines += [
+        "",
+        "Command (run by `benchmarks/mario_learning.py`, which sends SIGINT when the budget is over):",
+        "",
+        "```bash",
+        cmd,
+        "```",
+        "",
+        "Reproduce everything (training, random baseline, plot): `python benchmarks/mario_learning.py "
+        "--minutes 60`; regenerate this page from the run folder: `python benchmarks/mario_learning.py "
+        f"--plot-only {os.path.relpath(run_dir, ROOT)}`.",
+        "",
+    ]
     md = os.path.join(args.docs, "mario_learning.md")
     with open(md, "w") as f:
         f.write("\n".join(lines))
@@ -255,8 +331,12 @@ def main(argv=None):
     ap.add_argument("--baseline-episodes", type=int, default=30)
     ap.add_argument("--baseline-minutes", type=float, default=10.0)
     ap.add_argument("--phase", choices=["all", "train", "baseline", "plot"], default="all")
-    ap.add_argument("--plot-only", metavar="RUN_DIR", default="",
-                    help="only regenerate docs/mario_learning.{png,md} from this run folder")
+    ap.add_argument(
+        "--plot-only",
+        metavar="RUN_DIR",
+        default="",
+        help="only regenerate docs/mario_learning.{png,md} from this run folder",
+    )
     ap.add_argument("--window", type=int, default=20, help="rolling-mean window, in episodes")
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs"))
     args = ap.parse_args(argv)

@@ -21,6 +21,7 @@ The three runs log into one parent folder, ``<out>/pong_<agent>_seed<k>``: ``vis
 --logdir <out>`` overlays their ``eval/return`` and ``episode/return`` curves (x axis:
 train steps) in one chart.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,9 @@ def run_name(agent, seed):
 
 def code_commit() -> str:
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -74,9 +76,25 @@ def write_json_atomic(path, obj):
 
 
 def command(agent, seed, steps, evals, out, extra=(), resume=None, threads=0):
-    argv = [sys.executable, os.path.join(ROOT, "pong", "train.py"), "--agent", agent, "--seed", str(seed),
-            "--train-steps", str(steps), "--eval-interval", str(max(1, steps // evals)), "--log-path", out,
-            "--run-name", run_name(agent, seed), "--num-threads", str(threads), *extra]
+    argv = [
+        sys.executable,
+        os.path.join(ROOT, "pong", "train.py"),
+        "--agent",
+        agent,
+        "--seed",
+        str(seed),
+        "--train-steps",
+        str(steps),
+        "--eval-interval",
+        str(max(1, steps // evals)),
+        "--log-path",
+        out,
+        "--run-name",
+        run_name(agent, seed),
+        "--num-threads",
+        str(threads),
+        *extra,
+    ]
     if resume:
         argv += ["--resume", resume]
     return argv
@@ -130,12 +148,16 @@ def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
     last = steps * (1 - FINAL_WINDOW)
     root = ROOT + os.sep
     return {
-        "agent": agent, "seed": seed, "train_steps": int(steps), "env_steps": int(env_steps[-1]) if len(env_steps)
-        else None, "seconds": round(float(seconds), 1),
+        "agent": agent,
+        "seed": seed,
+        "train_steps": int(steps),
+        "env_steps": int(env_steps[-1]) if len(env_steps) else None,
+        "seconds": round(float(seconds), 1),
         "train_steps_per_sec": round(steps / max(seconds, 1e-9), 2),
         "cpu_ms_per_train_step": round(float(np.median(cpu[1:] if len(cpu) > 1 else cpu)), 1) if len(cpu) else None,
         "median_logged_train_steps_per_sec": round(float(np.median(rate[1:] if len(rate) > 1 else rate)), 2)
-        if len(rate) else None,
+        if len(rate)
+        else None,
         "episodes": int(len(ep_s)),
         "eval_return_at_end": round(float(ev_v[ev_s > last].mean()), 3) if (ev_s > last).any() else None,
         "episode_return_at_end": round(float(ep_v[ep_s > last].mean()), 3) if (ep_s > last).any() else None,
@@ -143,7 +165,8 @@ def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
         "eval_curve": {"steps": ev_s.astype(int).tolist(), "return": [round(float(v), 3) for v in ev_v]},
         "episode_curve": {"steps": edges[1:].round().astype(int).tolist(), "return": binned(ep_s, ep_v, edges)},
         "intrinsic_curve": {"steps": edges[1:].round().astype(int).tolist(), "reward": binned(int_s, int_v, edges)}
-        if len(int_s) else None,
+        if len(int_s)
+        else None,
         "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
         "code_commit": code_commit(),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -165,8 +188,12 @@ def load_summaries(results) -> dict:
 # ---------------------------------------------------------------------------------- running
 def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
-    todo = [(a, k) for k in range(seeds) for a in agents
-            if not os.path.exists(os.path.join(results, f"{run_name(a, k)}.json"))]
+    todo = [
+        (a, k)
+        for k in range(seeds)
+        for a in agents
+        if not os.path.exists(os.path.join(results, f"{run_name(a, k)}.json"))
+    ]
     print(f"{len(todo)} runs to do ({steps:,} train steps each); summaries in {results}", flush=True)
     threads = 1 if jobs > 1 else 0
     pending, running, failed = list(todo), [], []
@@ -219,9 +246,26 @@ def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
             name = f"speed_{agent}_{padding}"
             run_dir = os.path.join(out, name)
             shutil.rmtree(run_dir, ignore_errors=True)
-            argv = [sys.executable, os.path.join(ROOT, "pong", "train.py"), "--agent", agent, "--conv-padding",
-                    padding, "--train-steps", str(steps), "--eval-interval", "0", "--save-interval", "0",
-                    "--log-interval", "100", "--log-path", out, "--run-name", name]
+            argv = [
+                sys.executable,
+                os.path.join(ROOT, "pong", "train.py"),
+                "--agent",
+                agent,
+                "--conv-padding",
+                padding,
+                "--train-steps",
+                str(steps),
+                "--eval-interval",
+                "0",
+                "--save-interval",
+                "0",
+                "--log-interval",
+                "100",
+                "--log-path",
+                out,
+                "--run-name",
+                name,
+            ]
             load0 = os.getloadavg()[0]
             t0 = time.time()
             res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -229,16 +273,26 @@ def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
                 raise RuntimeError(f"{name} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
             m = read_metrics(run_dir)
             rate, cpu = m["perf/train_steps_per_sec"][1][1:], m["perf/cpu_ms_per_train_step"][1][1:]  # after warm-up
-            rows.append({"agent": agent, "padding": padding, "train_steps": steps,
-                         "train_steps_per_sec": round(float(np.mean(rate)), 2),
-                         "cpu_ms_per_train_step": round(float(np.mean(cpu)), 1),
-                         "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
-                         "seconds": round(time.time() - t0, 1)})
+            rows.append(
+                {
+                    "agent": agent,
+                    "padding": padding,
+                    "train_steps": steps,
+                    "train_steps_per_sec": round(float(np.mean(rate)), 2),
+                    "cpu_ms_per_train_step": round(float(np.mean(cpu)), 1),
+                    "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                    "seconds": round(time.time() - t0, 1),
+                }
+            )
             print(rows[-1], flush=True)
-    speed = {"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "code_commit": code_commit(),
-             "note": "train steps/s after the 1,000-step warm-up, averaged over the log intervals; CPU ms = the "
-                     "process' CPU time (all threads) per train step, env steps and acting included",
-             "rows": rows}
+    speed = {
+        "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "code_commit": code_commit(),
+        "note": "train steps/s after the 1,000-step warm-up, averaged over the log intervals; CPU ms = the "
+        "process' CPU time (all threads) per train step, env steps and acting included",
+        "rows": rows,
+    }
     write_json_atomic(os.path.join(results, "speed.json"), speed)
     return speed
 
@@ -246,35 +300,41 @@ def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
 # ---------------------------------------------------------------------------------- report
 def _mean_std(values):
     v = np.array([x for x in values if x is not None], float)
-    return ("-" if not len(v) else f"{v.mean():+.2f} ± {v.std():.2f}" if len(v) > 1 else f"{v[0]:+.2f}")
+    return "-" if not len(v) else f"{v.mean():+.2f} ± {v.std():.2f}" if len(v) > 1 else f"{v[0]:+.2f}"
 
 
 def markdown(summaries, agents) -> str:
-    lines = [START, "",
-             "Generated by `python benchmarks/snd_dqn_pong.py --report-only` from "
-             "`docs/results/snd_dqn_pong/*.json` (or the `--results` folder). Eval return = mean return of the greedy "
-             "evaluation episodes (5-point games, so in [-5, +5]) in the last 10 % of the train steps; training "
-             "return = the same for the training episodes (with the agent's epsilon); train steps/s = the whole run's "
-             "train steps over its wall time (warm-up, evaluations and start-up included); CPU ms/step = median of the "
-             "logged intervals; wall = hours per run.", "",
-             "| agent | n | train steps | eval return at end | per seed | training return at end | best eval | "
-             "episodes | train steps/s | CPU ms/step | wall (h) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        START,
+        "",
+        "Generated by `python benchmarks/snd_dqn_pong.py --report-only` from "
+        "`docs/results/snd_dqn_pong/*.json` (or the `--results` folder). Eval return = mean return of the greedy "
+        "evaluation episodes (5-point games, so in [-5, +5]) in the last 10 % of the train steps; training "
+        "return = the same for the training episodes (with the agent's epsilon); train steps/s = the whole run's "
+        "train steps over its wall time (warm-up, evaluations and start-up included); CPU ms/step = median of the "
+        "logged intervals; wall = hours per run.",
+        "",
+        "| agent | n | train steps | eval return at end | per seed | training return at end | best eval | "
+        "episodes | train steps/s | CPU ms/step | wall (h) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for agent in agents:
         runs = summaries.get(agent, [])
         if not runs:
             lines.append(f"| {AGENTS[agent]} | 0 | not run yet | | | | | | | | |")
             continue
         ev = [s["eval_return_at_end"] for s in runs]
+        best = max((s["best_eval_return"] for s in runs if s["best_eval_return"] is not None), default=float("nan"))
         lines.append(
             f"| {AGENTS[agent]} | {len(runs)} | {runs[0]['train_steps']:,} | {_mean_std(ev)} | "
             f"{', '.join('-' if v is None else f'{v:+.2f}' for v in ev)} | "
             f"{_mean_std([s['episode_return_at_end'] for s in runs])} | "
-            f"{max((s['best_eval_return'] for s in runs if s['best_eval_return'] is not None), default=float('nan')):+.1f}"
+            f"{best:+.1f}"
             f" | {np.mean([s['episodes'] for s in runs]):.0f} | "
             f"{np.mean([s['train_steps_per_sec'] for s in runs]):.1f} | "
             f"{np.mean([s['cpu_ms_per_train_step'] or np.nan for s in runs]):.0f} | "
-            f"{np.mean([s['seconds'] for s in runs]) / 3600:.2f} |")
+            f"{np.mean([s['seconds'] for s in runs]) / 3600:.2f} |"
+        )
     lines += ["", END]
     return "\n".join(lines)
 
@@ -284,35 +344,43 @@ def speed_markdown(speed) -> str:
     if not speed:
         lines += ["Not measured yet: `python benchmarks/snd_dqn_pong.py --speed`.", "", SPEED_END]
         return "\n".join(lines)
-    lines += [f"Measured {speed['measured']} on {speed['cpus']} CPUs by `python benchmarks/snd_dqn_pong.py --speed` "
-              f"(`{os.path.relpath(RESULTS, ROOT)}/speed.json`): {speed['rows'][0]['train_steps']} train steps per "
-              "agent after the 1,000-step warm-up, batch 32, the article's settings otherwise. The 1-minute load "
-              "average before/after each measurement shows how busy the machine was; CPU ms per train step (all "
-              "threads, acting and env steps included) depends much less on that than steps/s does. Projection for "
-              "100,000 train steps: CPU hours = CPU ms x 100,000; on an idle 2-core machine the wall time lies "
-              "between half of that (both cores busy the whole time) and all of it.", "",
-              "| agent | padding | train steps/s (measured) | CPU ms / train step | 1-min load avg | "
-              "100k steps: CPU hours | 100k steps on 2 idle cores (h) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        f"Measured {speed['measured']} on {speed['cpus']} CPUs by `python benchmarks/snd_dqn_pong.py --speed` "
+        f"(`{os.path.relpath(RESULTS, ROOT)}/speed.json`): {speed['rows'][0]['train_steps']} train steps per "
+        "agent after the 1,000-step warm-up, batch 32, the article's settings otherwise. The 1-minute load "
+        "average before/after each measurement shows how busy the machine was; CPU ms per train step (all "
+        "threads, acting and env steps included) depends much less on that than steps/s does. Projection for "
+        "100,000 train steps: CPU hours = CPU ms x 100,000; on an idle 2-core machine the wall time lies "
+        "between half of that (both cores busy the whole time) and all of it.",
+        "",
+        "| agent | padding | train steps/s (measured) | CPU ms / train step | 1-min load avg | "
+        "100k steps: CPU hours | 100k steps on 2 idle cores (h) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in speed["rows"]:
         cpu_h = r["cpu_ms_per_train_step"] * ARTICLE_STEPS / 1000 / 3600
-        lines.append(f"| {r['agent']} | {r['padding']} | {r['train_steps_per_sec']:.1f} | "
-                     f"{r['cpu_ms_per_train_step']:.0f} | {r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} | "
-                     f"{cpu_h:.2f} | {cpu_h / 2:.1f} - {cpu_h:.1f} |")
+        lines.append(
+            f"| {r['agent']} | {r['padding']} | {r['train_steps_per_sec']:.1f} | "
+            f"{r['cpu_ms_per_train_step']:.0f} | {r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} | "
+            f"{cpu_h:.2f} | {cpu_h / 2:.1f} - {cpu_h:.1f} |"
+        )
     lines += ["", SPEED_END]
     return "\n".join(lines)
 
 
 def replace_block(text, start, end, block):
     if start in text and end in text:
-        return text[:text.index(start)] + block + text[text.index(end) + len(end):]
+        return text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     return text.rstrip() + "\n\n" + block + "\n"
 
 
 def write_doc(path, results_block, speed_block):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else \
-        "# Double DQN + SND-V on Pong: the SND article's comparison\n\n## Results\n\n## Speed\n"
+    text = (
+        open(path, encoding="utf-8").read()
+        if os.path.exists(path)
+        else "# Double DQN + SND-V on Pong: the SND article's comparison\n\n## Results\n\n## Speed\n"
+    )
     text = replace_block(text, START, END, results_block)
     text = replace_block(text, SPEED_START, SPEED_END, speed_block)
     with open(path, "w", encoding="utf-8") as f:
@@ -343,26 +411,41 @@ def plot(summaries, agents, path):
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     if not have:  # a placeholder, so that the page's figure exists before the runs
         for ax in axes:
-            ax.text(0.5, 0.5, "not run yet:\npython benchmarks/snd_dqn_pong.py", ha="center", va="center",
-                    transform=ax.transAxes, fontsize=10, color="0.4")
+            ax.text(
+                0.5,
+                0.5,
+                "not run yet:\npython benchmarks/snd_dqn_pong.py",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=10,
+                color="0.4",
+            )
     for agent in have:
         runs = summaries[agent]
         # eval: every run's points, mean over seeds at each eval step (runs share the eval schedule)
         steps = np.asarray(runs[0]["eval_curve"]["steps"], float)
-        ev = np.array([r["eval_curve"]["return"][:len(steps)] for r in runs if len(r["eval_curve"]["return"]) >=
-                       len(steps)], float)
+        ev = np.array(
+            [r["eval_curve"]["return"][: len(steps)] for r in runs if len(r["eval_curve"]["return"]) >= len(steps)],
+            float,
+        )
         if len(ev):
             k = max(1, len(steps) // 10)  # a moving average over ~10 % of the evaluations, as the article's
             smooth = np.convolve(ev.mean(0), np.ones(k) / k, mode="valid")  # aggregation over 20 points
             axes[0].plot(steps, ev.mean(0), color=COLORS[agent], alpha=0.25)
-            axes[0].plot(steps[k - 1:], smooth, color=COLORS[agent], label=f"{AGENTS[agent]} (n={len(runs)})")
+            axes[0].plot(steps[k - 1 :], smooth, color=COLORS[agent], label=f"{AGENTS[agent]} (n={len(runs)})")
         x = np.asarray(runs[0]["episode_curve"]["steps"], float)
         ep = np.array([[np.nan if v is None else v for v in r["episode_curve"]["return"]] for r in runs], float)
         _plot_finite(axes[1], x, _nanmean(ep), color=COLORS[agent], label=AGENTS[agent])
         if runs[0].get("intrinsic_curve"):
             ic = np.array([[np.nan if v is None else v for v in r["intrinsic_curve"]["reward"]] for r in runs], float)
-            _plot_finite(axes[2], np.asarray(runs[0]["intrinsic_curve"]["steps"], float), _nanmean(ic),
-                         color=COLORS[agent], label=AGENTS[agent])
+            _plot_finite(
+                axes[2],
+                np.asarray(runs[0]["intrinsic_curve"]["steps"], float),
+                _nanmean(ic),
+                color=COLORS[agent],
+                label=AGENTS[agent],
+            )
     axes[0].set_title("greedy evaluation return (5-point games)", fontsize=10)
     axes[1].set_title("training episode return", fontsize=10)
     axes[2].set_title("SND: mean intrinsic reward per env step", fontsize=10)
@@ -380,23 +463,38 @@ def plot(summaries, agents, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS), help="agents to run")
     p.add_argument("--seeds", type=int, default=1, help="seeds per agent (0 .. seeds-1); the article ran one")
     p.add_argument("--train-steps", type=int, default=ARTICLE_STEPS, help="train steps per run (the article: 100,000)")
     p.add_argument("--evals", type=int, default=50, help="greedy evaluations per run, evenly spaced")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (more than 1: one CPU thread each)")
-    p.add_argument("--out", default=None, help="folder of the run folders (default: runs/snd_dqn_pong); "
-                                               "`visualdl --logdir` it to overlay the agents")
-    p.add_argument("--results", default=None, help="folder of the per-run summaries (default: "
-                                                   "docs/results/snd_dqn_pong; <out>/results unless --train-steps "
-                                                   "is the article's)")
-    p.add_argument("--docs", default=None, help="where snd_dqn_pong.md/.png go (default: docs; <out> unless "
-                                                "--train-steps is the article's)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="folder of the run folders (default: runs/snd_dqn_pong); `visualdl --logdir` it to overlay the agents",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help="folder of the per-run summaries (default: "
+        "docs/results/snd_dqn_pong; <out>/results unless --train-steps "
+        "is the article's)",
+    )
+    p.add_argument(
+        "--docs",
+        default=None,
+        help="where snd_dqn_pong.md/.png go (default: docs; <out> unless --train-steps is the article's)",
+    )
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the summaries")
-    p.add_argument("--speed", action="store_true", help=f"measure train steps/s of each agent over {SPEED_STEPS} "
-                                                        "train steps (valid and same padding), then report")
+    p.add_argument(
+        "--speed",
+        action="store_true",
+        help=f"measure train steps/s of each agent over {SPEED_STEPS} "
+        "train steps (valid and same padding), then report",
+    )
     p.add_argument("--extra", default="", help="more pong/train.py flags for every run, one string")
     args = p.parse_args(argv)
     for name in ("seeds", "train_steps", "evals", "jobs"):
@@ -411,8 +509,9 @@ def main(argv=None):
         speed_agents = [a for a in args.agents if a != "dqn-e0"] if args.agents == list(AGENTS) else args.agents
         measure_speed(speed_agents, ("valid", "same"), os.path.join(out, "speed"), results)
     elif not args.report_only:
-        failed = run_all(args.agents, args.seeds, args.train_steps, args.evals, out, results, args.jobs,
-                         args.extra.split())
+        failed = run_all(
+            args.agents, args.seeds, args.train_steps, args.evals, out, results, args.jobs, args.extra.split()
+        )
         if failed:
             print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
     summaries = load_summaries(results)

@@ -7,6 +7,7 @@ agent steps, same (reduced) PPO sizes; then the mean raw intrinsic reward per up
     python benchmarks/snd_signal.py                                  # run the four variants, then plot
     python benchmarks/snd_signal.py --plot-only runs/evidence/snd_signal
 """
+
 import argparse
 import json
 import os
@@ -21,13 +22,42 @@ VARIANTS = ("rnd", "snd-v", "snd-std", "snd-vic")
 
 
 def train_command(args, variant):
-    return [sys.executable, "mario/train.py", "--world", "1", "--stage", "1", "--intrinsic", variant,
-            "--seed", str(args.seed), "--num-processes", str(args.num_processes),
-            "--num-local-steps", str(args.num_local_steps), "--num-epochs", str(args.num_epochs),
-            "--batch-size", str(args.batch_size), "--num-global-steps", str(args.num_global_steps),
-            "--eval-interval", "0", "--video-interval", "0", "--histogram-interval", "0",
-            "--embedding-interval", "0", "--save-interval", "0",
-            "--log-path", args.log_path, "--run-name", variant]
+    return [
+        sys.executable,
+        "mario/train.py",
+        "--world",
+        "1",
+        "--stage",
+        "1",
+        "--intrinsic",
+        variant,
+        "--seed",
+        str(args.seed),
+        "--num-processes",
+        str(args.num_processes),
+        "--num-local-steps",
+        str(args.num_local_steps),
+        "--num-epochs",
+        str(args.num_epochs),
+        "--batch-size",
+        str(args.batch_size),
+        "--num-global-steps",
+        str(args.num_global_steps),
+        "--eval-interval",
+        "0",
+        "--video-interval",
+        "0",
+        "--histogram-interval",
+        "0",
+        "--embedding-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--log-path",
+        args.log_path,
+        "--run-name",
+        variant,
+    ]
 
 
 def run_variants(group_dir, args):
@@ -57,11 +87,16 @@ def summarise(group_dir):
         if "intrinsic/raw_reward_mean" not in m:
             continue
         steps, vals = m["intrinsic/raw_reward_mean"]
-        out[variant] = {"steps": steps.tolist(), "raw": vals.tolist(), "first": float(vals[0]),
-                        "last": float(vals[-1]), "ratio": float(vals[-1] / vals[0]) if vals[0] else float("nan"),
-                        "min_ratio": float(vals.min() / vals[0]) if vals[0] else float("nan"),
-                        "ratio3": float(vals[-3:].mean() / vals[:3].mean()),
-                        "updates": int(len(vals))}
+        out[variant] = {
+            "steps": steps.tolist(),
+            "raw": vals.tolist(),
+            "first": float(vals[0]),
+            "last": float(vals[-1]),
+            "ratio": float(vals[-1] / vals[0]) if vals[0] else float("nan"),
+            "min_ratio": float(vals.min() / vals[0]) if vals[0] else float("nan"),
+            "ratio3": float(vals[-3:].mean() / vals[:3].mean()),
+            "updates": int(len(vals)),
+        }
         if "episode/x_pos" in m:
             out[variant]["x_pos_max"] = float(m["episode/x_pos"][1].max())
             out[variant]["episodes"] = int(len(m["episode/x_pos"][1]))
@@ -112,42 +147,59 @@ def plot(group_dir, args):
         with open(runs_file) as f:
             runs = json.load(f)
     cfg = first_config(group_dir, summary)
-    lines = ["# Intrinsic signal of RND vs SND on Mario 1-1", "",
-             "Short runs, one per intrinsic module, same seed and same number of agent steps. "
-             "Tag `intrinsic/raw_reward_mean` (the mean raw intrinsic reward of each rollout, before the "
-             "running-std normalisation), divided by each run's first value.", "",
-             f"Settings: world 1-1, seed {cfg.get('seed')}, {cfg.get('num_processes')} processes x "
-             f"{cfg.get('num_local_steps')} local steps, {cfg.get('num_epochs')} epochs x "
-             f"{cfg.get('batch_size')} minibatches, lr {cfg.get('lr')}, "
-             f"{cfg.get('num_global_steps')} agent steps per run; other flags at their defaults "
-             "(int-coef 0.5, update-proportion 0.25, obs-norm-steps 128).", "",
-             "![normalised raw intrinsic reward](snd_signal.png)", "",
-             "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 | wall (s) | max x_pos |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Intrinsic signal of RND vs SND on Mario 1-1",
+        "",
+        "Short runs, one per intrinsic module, same seed and same number of agent steps. "
+        "Tag `intrinsic/raw_reward_mean` (the mean raw intrinsic reward of each rollout, before the "
+        "running-std normalisation), divided by each run's first value.",
+        "",
+        f"Settings: world 1-1, seed {cfg.get('seed')}, {cfg.get('num_processes')} processes x "
+        f"{cfg.get('num_local_steps')} local steps, {cfg.get('num_epochs')} epochs x "
+        f"{cfg.get('batch_size')} minibatches, lr {cfg.get('lr')}, "
+        f"{cfg.get('num_global_steps')} agent steps per run; other flags at their defaults "
+        "(int-coef 0.5, update-proportion 0.25, obs-norm-steps 128).",
+        "",
+        "![normalised raw intrinsic reward](snd_signal.png)",
+        "",
+        "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 | wall (s) "
+        "| max x_pos |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for variant, s in summary.items():
         wall = runs.get(variant, {}).get("wall_s")
         wall = "-" if wall is None else f"{wall:.0f}"
-        lines.append(f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
-                     f"{s['min_ratio']:.3f} | {s['ratio3']:.3f} | {wall} | {s.get('x_pos_max', float('nan')):.0f} |")
+        lines.append(
+            f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
+            f"{s['min_ratio']:.3f} | {s['ratio3']:.3f} | {wall} | {s.get('x_pos_max', float('nan')):.0f} |"
+        )
     lines += ["", "## What this shows", ""]
     if "rnd" in summary:
         rnd = summary["rnd"]
         above = [v for v in summary if v != "rnd" and summary[v]["ratio3"] > rnd["ratio3"]]
         below = [v for v in summary if v != "rnd" and summary[v]["ratio3"] <= rnd["ratio3"]]
-        lines.append(f"- Over these {rnd['updates']} updates RND's raw signal ends at {rnd['ratio']:.3f} of its first "
-                     f"value ({rnd['ratio3']:.3f} comparing the mean of the last 3 updates with the first 3).")
+        lines.append(
+            f"- Over these {rnd['updates']} updates RND's raw signal ends at {rnd['ratio']:.3f} of its first "
+            f"value ({rnd['ratio3']:.3f} comparing the mean of the last 3 updates with the first 3)."
+        )
         if below:
-            lines.append(f"- {', '.join(below)} end *lower* relative to their start than RND "
-                         f"({_ratios(summary, below)}): "
-                         "in this window the SND signal does not stay up while RND's decays.")
+            lines.append(
+                f"- {', '.join(below)} end *lower* relative to their start than RND "
+                f"({_ratios(summary, below)}): "
+                "in this window the SND signal does not stay up while RND's decays."
+            )
         if above:
-            lines.append(f"- {', '.join(above)} stay higher relative to their start than RND "
-                         f"({_ratios(summary, above)}).")
+            lines.append(
+                f"- {', '.join(above)} stay higher relative to their start than RND ({_ratios(summary, above)})."
+            )
     same_first = len({round(s["first"], 6) for s in summary.values()}) == 1
     lines += [
         "- The first value is the rollout collected before any update"
-        + (" and is identical for all variants (same seed: policy, environments and initial networks coincide)"
-           if same_first else "")
+        + (
+            " and is identical for all variants (same seed: policy, environments and initial networks coincide)"
+            if same_first
+            else ""
+        )
         + "; the large drop from update 1 to 2 is the predictor's initial fit, so last/first mostly measures that fit."
         " The last-3/first-3 column and the curve from update 2 on are the better guide.",
         "- Raw rewards are squared distances in each module's target feature space. SND trains its target, so its "
@@ -162,41 +214,73 @@ def plot(group_dir, args):
         if not other:
             continue
         ocfg = first_config(extra, other)
-        lines += ["", f"Second set, `{os.path.relpath(extra, ROOT)}`: same settings but "
-                  f"{ocfg.get('num_global_steps')} agent steps per run:", ""]
+        lines += [
+            "",
+            f"Second set, `{os.path.relpath(extra, ROOT)}`: same settings but "
+            f"{ocfg.get('num_global_steps')} agent steps per run:",
+            "",
+        ]
         if "rnd" in other and "rnd" in summary:
             a, b = summary["rnd"]["raw"], other["rnd"]["raw"]
             same = 0
             while same < min(len(a), len(b)) and abs(a[same] - b[same]) <= 1e-6 * max(1.0, abs(a[same])):
                 same += 1
-            lines += [f"The two rnd runs give identical raw rewards for the first {same} updates"
-                      + (" and then drift apart (the two sets ran with different working-tree versions of "
-                         "common/trainer.py, edited in parallel while they ran)."
-                         if same < min(len(a), len(b)) else "."), ""]
-        lines += ["| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                f"The two rnd runs give identical raw rewards for the first {same} updates"
+                + (
+                    " and then drift apart (the two sets ran with different working-tree versions of "
+                    "common/trainer.py, edited in parallel while they ran)."
+                    if same < min(len(a), len(b))
+                    else "."
+                ),
+                "",
+            ]
+        lines += [
+            "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for variant, o in other.items():
-            lines.append(f"| {variant} | {o['updates']} | {o['first']:.4g} | {o['last']:.4g} | {o['ratio']:.3f} | "
-                         f"{o['min_ratio']:.3f} | {o['ratio3']:.3f} |")
-    lines += ["", "Driver (runs the four commands below one after the other, then writes this page):", "", "```bash",
-              f"python benchmarks/snd_signal.py --num-processes {cfg.get('num_processes')} --num-local-steps "
-              f"{cfg.get('num_local_steps')} --num-epochs {cfg.get('num_epochs')} --batch-size {cfg.get('batch_size')} "
-              f"--num-global-steps {cfg.get('num_global_steps')} --seed {cfg.get('seed')} "
-              f"--log-path {os.path.relpath(group_dir, ROOT)}", "```", "", "Commands:", "", "```bash"]
+            lines.append(
+                f"| {variant} | {o['updates']} | {o['first']:.4g} | {o['last']:.4g} | {o['ratio']:.3f} | "
+                f"{o['min_ratio']:.3f} | {o['ratio3']:.3f} |"
+            )
+    lines += [
+        "",
+        "Driver (runs the four commands below one after the other, then writes this page):",
+        "",
+        "```bash",
+        f"python benchmarks/snd_signal.py --num-processes {cfg.get('num_processes')} --num-local-steps "
+        f"{cfg.get('num_local_steps')} --num-epochs {cfg.get('num_epochs')} --batch-size {cfg.get('batch_size')} "
+        f"--num-global-steps {cfg.get('num_global_steps')} --seed {cfg.get('seed')} "
+        f"--log-path {os.path.relpath(group_dir, ROOT)}",
+        "```",
+        "",
+        "Commands:",
+        "",
+        "```bash",
+    ]
     lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
     also = "".join(f" {os.path.relpath(a, ROOT)}" for a in args.also)
-    lines += ["```", "", "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
-              f"{os.path.relpath(group_dir, ROOT)}" + (f" --also{also}" if also else "") + "`", ""]
+    lines += [
+        "```",
+        "",
+        "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
+        f"{os.path.relpath(group_dir, ROOT)}" + (f" --also{also}" if also else "") + "`",
+        "",
+    ]
     md = os.path.join(args.docs, "snd_signal.md")
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("wrote", md)
     with open(os.path.join(group_dir, "summary.json"), "w") as f:
-        json.dump({v: {k: x for k, x in s.items() if k not in ("steps", "raw")} for v, s in summary.items()},
-                  f, indent=1)
+        json.dump(
+            {v: {k: x for k, x in s.items() if k not in ("steps", "raw")} for v, s in summary.items()}, f, indent=1
+        )
     for variant, s in summary.items():
-        print(f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f} "
-              f"last3/first3 {s['ratio3']:.3f} min/first {s['min_ratio']:.3f}")
+        print(
+            f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f} "
+            f"last3/first3 {s['ratio3']:.3f} min/first {s['min_ratio']:.3f}"
+        )
     return summary
 
 
@@ -210,10 +294,19 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=16, help="minibatches per epoch")
     ap.add_argument("--num-global-steps", type=int, default=10240)
     ap.add_argument("--log-path", default="runs/evidence/snd_signal")
-    ap.add_argument("--plot-only", metavar="GROUP_DIR", default="",
-                    help="folder holding one run folder per variant; only regenerate docs/snd_signal.*")
-    ap.add_argument("--also", nargs="*", default=[], metavar="GROUP_DIR",
-                    help="other finished sets to summarise in a table under the main one")
+    ap.add_argument(
+        "--plot-only",
+        metavar="GROUP_DIR",
+        default="",
+        help="folder holding one run folder per variant; only regenerate docs/snd_signal.*",
+    )
+    ap.add_argument(
+        "--also",
+        nargs="*",
+        default=[],
+        metavar="GROUP_DIR",
+        help="other finished sets to summarise in a table under the main one",
+    )
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs"))
     args = ap.parse_args(argv)
     group_dir = args.plot_only or os.path.join(ROOT, args.log_path)

@@ -27,6 +27,7 @@ Peak RSS is summed over the trainer and its env workers
     python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (~10-15 min)
     python benchmarks/throughput.py --updates 1 --skip montezuma
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,6 +68,7 @@ def child_project(game: str, argv: list[str], out: str) -> None:
             phases[name].append(time.perf_counter() - t)
             marks["last"] = marks[f"last_{name}"] = time.perf_counter()
             return r
+
         return wrapper
 
     orig_log_eval = tr.log.eval
@@ -120,9 +122,11 @@ def child_envonly(game: str, num_envs: int, workers: int, steps: int, out: str) 
 
     if game == "mario":
         from mario.env import make_env
+
         fn = functools.partial(make_env, world=4, stage=4, action_type="simple")
     else:
         from montezuma.env import make_env
+
         fn = functools.partial(make_env)
     venv = make_vec_env([fn] * num_envs, num_workers=workers, seed=0)
     try:
@@ -164,8 +168,9 @@ def run_child(args: list[str], label: str) -> tuple[dict, float]:
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     print(f"  running {label} ...", flush=True)
-    proc = subprocess.Popen([sys.executable, *args, out],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args, out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     ps = psutil.Process(proc.pid)
     peak = [0]
     done = threading.Event()
@@ -191,12 +196,19 @@ def run_child(args: list[str], label: str) -> tuple[dict, float]:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--updates", type=int, default=2, help="Mario updates per pipeline (equal for both)")
-    p.add_argument("--num-local-steps", type=int, default=128,
-                   help="Mario rollout length per env, equal for both (the tutorial's is 512)")
+    p.add_argument(
+        "--num-local-steps",
+        type=int,
+        default=128,
+        help="Mario rollout length per env, equal for both (the tutorial's is 512)",
+    )
     p.add_argument("--montezuma-updates", type=int, default=3)
     p.add_argument("--env-steps", type=int, default=300, help="vector steps for each env-only ceiling")
-    p.add_argument("--project-args", default="", help="extra trainer flags for the project's runs, e.g. "
-                   "'--no-eval-in-background --num-threads 1'")
+    p.add_argument(
+        "--project-args",
+        default="",
+        help="extra trainer flags for the project's runs, e.g. '--no-eval-in-background --num-threads 1'",
+    )
     p.add_argument("--skip", nargs="*", default=[], choices=["env", "tutorial", "mario", "montezuma"])
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "--child":  # internal: one measured pipeline in this subprocess
@@ -216,44 +228,119 @@ def main(argv=None):
     L, U = a.num_local_steps, a.updates
     res, rss = {}, {}
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    print(f"machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"machine: {cpu}, {os.cpu_count()} logical CPUs, {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     cores = os.cpu_count() or 1
     mario_workers, mont_workers = min(6, cores), min(8, cores)  # the trainer's default: one per core
     if "env" not in a.skip:
-        res["env_mario"], _ = run_child([me, "--child", "env", "mario", "6", str(mario_workers), str(a.env_steps)],
-                                        f"env-only Mario 6 envs, {mario_workers} workers")
-        res["env_mont"], _ = run_child([me, "--child", "env", "montezuma", "8", str(mont_workers),
-                                        str(a.env_steps * 4)], f"env-only Montezuma 8 envs, {mont_workers} workers")
-        res["env_mont128"], _ = run_child([me, "--child", "env", "montezuma", "128", str(cores),
-                                           str(max(10, a.env_steps // 4))], f"env-only Montezuma 128 envs, {cores} workers")
+        res["env_mario"], _ = run_child(
+            [me, "--child", "env", "mario", "6", str(mario_workers), str(a.env_steps)],
+            f"env-only Mario 6 envs, {mario_workers} workers",
+        )
+        res["env_mont"], _ = run_child(
+            [me, "--child", "env", "montezuma", "8", str(mont_workers), str(a.env_steps * 4)],
+            f"env-only Montezuma 8 envs, {mont_workers} workers",
+        )
+        res["env_mont128"], _ = run_child(
+            [me, "--child", "env", "montezuma", "128", str(cores), str(max(10, a.env_steps // 4))],
+            f"env-only Montezuma 128 envs, {cores} workers",
+        )
     if "tutorial" not in a.skip:
-        out, rss["tutorial"] = run_child([os.path.join(ROOT, "benchmarks", "tutorial_baseline.py"), "--updates", str(U),
-                                          "--num-local-steps", str(L), "--json"], "tutorial baseline (Mario)")
+        out, rss["tutorial"] = run_child(
+            [
+                os.path.join(ROOT, "benchmarks", "tutorial_baseline.py"),
+                "--updates",
+                str(U),
+                "--num-local-steps",
+                str(L),
+                "--json",
+            ],
+            "tutorial baseline (Mario)",
+        )
         res["tutorial"] = {k: [t[k] for t in out] for k in ("collect", "update", "eval", "eval_steps", "steps")}
-    common = ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0", "--save-interval", "0",
-              "--log-path", tempfile.mkdtemp(prefix="throughput_runs_"), *a.project_args.split()]
+    common = [
+        "--video-interval",
+        "0",
+        "--histogram-interval",
+        "0",
+        "--embedding-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--log-path",
+        tempfile.mkdtemp(prefix="throughput_runs_"),
+        *a.project_args.split(),
+    ]
     if "mario" not in a.skip:
         res["mario"], rss["mario"] = run_child(
-            [me, "--child", "project", "mario", "--num-local-steps", str(L), "--num-global-steps", str(6 * L * U),
-             *common], "project Mario")
+            [
+                me,
+                "--child",
+                "project",
+                "mario",
+                "--num-local-steps",
+                str(L),
+                "--num-global-steps",
+                str(6 * L * U),
+                *common,
+            ],
+            "project Mario",
+        )
     if "montezuma" not in a.skip:
         res["mont"], rss["mont"] = run_child(
-            [me, "--child", "project", "montezuma", "--num-processes", "8", "--num-local-steps", "128",
-             "--num-global-steps", str(1024 * a.montezuma_updates), "--obs-norm-steps", "32",
-             "--eval-interval", str(a.montezuma_updates), *common], "project Montezuma 8x128")
+            [
+                me,
+                "--child",
+                "project",
+                "montezuma",
+                "--num-processes",
+                "8",
+                "--num-local-steps",
+                "128",
+                "--num-global-steps",
+                str(1024 * a.montezuma_updates),
+                "--obs-norm-steps",
+                "32",
+                "--eval-interval",
+                str(a.montezuma_updates),
+                *common,
+            ],
+            "project Montezuma 8x128",
+        )
         # one update of the default rollout (128 envs x 128 steps: a 16-step rollout would count the
         # pipeline's fill and drain 8x over); one epoch of the default 4 minibatches
         res["mont128"], rss["mont128"] = run_child(
-            [me, "--child", "project", "montezuma", "--num-processes", "128", "--num-local-steps", "128",
-             "--num-global-steps", str(128 * 128), "--obs-norm-steps", "1", "--num-epochs", "1",
-             "--eval-interval", "0", *common], "project Montezuma 128 envs x 128 steps (collection, memory)")
+            [
+                me,
+                "--child",
+                "project",
+                "montezuma",
+                "--num-processes",
+                "128",
+                "--num-local-steps",
+                "128",
+                "--num-global-steps",
+                str(128 * 128),
+                "--obs-norm-steps",
+                "1",
+                "--num-epochs",
+                "1",
+                "--eval-interval",
+                "0",
+                *common,
+            ],
+            "project Montezuma 128 envs x 128 steps (collection, memory)",
+        )
 
     def rate(d, keys=("collect", "update", "eval")):
         return sum(d["steps"] if isinstance(d["steps"], list) else [d["steps"]]) / sum(sum(d[k]) for k in keys)
 
-    print(f"\nResults (load average {os.getloadavg()[0]:.1f} at the end; Mario: {U} update(s) of 6 envs x {L} steps, "
-          "10 epochs x 16 minibatches; tutorial world 4-4 for both)")
+    print(
+        f"\nResults (load average {os.getloadavg()[0]:.1f} at the end; Mario: {U} update(s) of 6 envs x {L} steps, "
+        "10 epochs x 16 minibatches; tutorial world 4-4 for both)"
+    )
     rows = []
     if "tutorial" in res and "mario" in res:
         t, m = res["tutorial"], res["mario"]
@@ -266,8 +353,13 @@ def main(argv=None):
         rows.append(("Mario greedy eval, s per update", sum(t["eval"]) / U, sum(m["eval"]) / n_eval))
         rows.append(("Mario eval steps per episode", sum(t["eval_steps"]) / U, sum(m["eval_steps"]) / n_eval))
         episode = m["eval_episode"] or m["eval"]  # in the background: the episode's time in the eval process
-        rows.append(("Mario eval, ms per eval step", 1e3 * sum(t["eval"]) / sum(t["eval_steps"]),
-                     1e3 * sum(episode) / max(1, sum(m["eval_steps"]))))
+        rows.append(
+            (
+                "Mario eval, ms per eval step",
+                1e3 * sum(t["eval"]) / sum(t["eval_steps"]),
+                1e3 * sum(episode) / max(1, sum(m["eval_steps"])),
+            )
+        )
         print(f"{'':38s} {'tutorial':>10s} {'project':>10s} {'ratio':>7s}")
         for name, x, y in rows:
             lower_better = "s per" in name or "ms per" in name
@@ -279,24 +371,36 @@ def main(argv=None):
     if "mario" in res and "env_mario" in res:
         n = sum([6 * L] * len(res["mario"]["collect"]))
         c = n / sum(res["mario"]["collect"])
-        print(f"Mario collection vs env-only (6 envs, {mario_workers} workers): {c:.1f} / "
-              f"{res['env_mario']['rate']:.1f} = {c / res['env_mario']['rate']:.2f}")
+        print(
+            f"Mario collection vs env-only (6 envs, {mario_workers} workers): {c:.1f} / "
+            f"{res['env_mario']['rate']:.1f} = {c / res['env_mario']['rate']:.2f}"
+        )
     if "mont" in res:
         mt = res["mont"]
         c = 1024 * len(mt["collect"]) / sum(mt["collect"])
-        print(f"Montezuma 8x128, 4x4: end to end {mt['steps'] / mt['loop']:.1f} agent steps/s "
-              f"(steady state {mt['steps'] / mt['loop_steady']:.1f}) "
-              f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
-              f"{len(mt['eval_steps'])} eval(s), {sum(mt['eval']):.1f} s of the loop)")
+        print(
+            f"Montezuma 8x128, 4x4: end to end {mt['steps'] / mt['loop']:.1f} agent steps/s "
+            f"(steady state {mt['steps'] / mt['loop_steady']:.1f}) "
+            f"(collect {c:.1f} steps/s, update {sum(mt['update']) / len(mt['update']):.2f} s, "
+            f"{len(mt['eval_steps'])} eval(s), {sum(mt['eval']):.1f} s of the loop)"
+        )
         if "env_mont" in res:
-            print(f"Montezuma collection vs env-only (8 envs, {mont_workers} workers): {c:.1f} / "
-                  f"{res['env_mont']['rate']:.1f} = {c / res['env_mont']['rate']:.2f}")
+            print(
+                f"Montezuma collection vs env-only (8 envs, {mont_workers} workers): {c:.1f} / "
+                f"{res['env_mont']['rate']:.1f} = {c / res['env_mont']['rate']:.2f}"
+            )
     if "mont128" in res and "env_mont128" in res:
         c = 128 * 128 * len(res["mont128"]["collect"]) / sum(res["mont128"]["collect"])
-        print(f"Montezuma collection vs env-only (128 envs, {cores} workers, the default): {c:.1f} / "
-              f"{res['env_mont128']['rate']:.1f} = {c / res['env_mont128']['rate']:.2f}")
-    for k, label in (("tutorial", "tutorial Mario, 6 processes"), ("mario", "project Mario, 6 processes"),
-                     ("mont", "project Montezuma, 8 envs"), ("mont128", "project Montezuma, 128 envs")):
+        print(
+            f"Montezuma collection vs env-only (128 envs, {cores} workers, the default): {c:.1f} / "
+            f"{res['env_mont128']['rate']:.1f} = {c / res['env_mont128']['rate']:.2f}"
+        )
+    for k, label in (
+        ("tutorial", "tutorial Mario, 6 processes"),
+        ("mario", "project Mario, 6 processes"),
+        ("mont", "project Montezuma, 8 envs"),
+        ("mont128", "project Montezuma, 128 envs"),
+    ):
         if k in rss:
             print(f"peak RSS {label}: {rss[k]:.0f} MiB (trainer + workers)")
     return res

@@ -25,6 +25,7 @@ what ``gym_super_mario_bros.make("SuperMarioBros-w-s-v0")`` constructs (gym 0.26
 
     python benchmarks/tutorial_baseline.py --updates 1 --num-local-steps 128
 """
+
 from __future__ import annotations
 
 import os
@@ -43,20 +44,20 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mario.env import _actions, _JoypadSpace, _smb  # noqa: E402  (gym-super-mario-bros, muted import)
-
 import paddle  # noqa: E402
 import paddle.nn as nn  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 from paddle.distribution import Categorical  # noqa: E402
 from paddle.nn import Conv2D, Layer, Linear, ReLU  # noqa: E402
 
+from mario.env import _actions, _JoypadSpace, _smb  # noqa: E402  (gym-super-mario-bros, muted import)
+
 
 # ----------------------------------------------------------------------------- game_env.py
 def process_frame(frame):
     if frame is not None:
         frame = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)
-        frame = cv2.resize(frame, (84, 84))[None, :, :] / 255.
+        frame = cv2.resize(frame, (84, 84))[None, :, :] / 255.0
         return frame
     return np.zeros((1, 84, 84))
 
@@ -69,7 +70,7 @@ class CustomReward:
     def step(self, action):
         state, reward, done, info = self.env.step(action)
         state = process_frame(state)
-        reward += (info["score"] - self.curr_score) / 40.
+        reward += (info["score"] - self.curr_score) / 40.0
         self.curr_score = info["score"]
         if done:
             if info["flag_get"]:
@@ -77,7 +78,7 @@ class CustomReward:
                 reward += info["time"]
             else:
                 reward -= 50
-        return state, reward / 10., done, info
+        return state, reward / 10.0, done, info
 
     def reset(self):
         self.curr_score = 0
@@ -165,18 +166,22 @@ class MARIO(Layer):
     def __init__(self, input_num, actions):
         super().__init__()
         self.fc = 32 * 6 * 6
-        nn.initializer.set_global_initializer(nn.initializer.KaimingUniform(), nn.initializer.Constant(value=0.))
-        self.conv0 = Conv2D(out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1,
-                            in_channels=input_num)
+        nn.initializer.set_global_initializer(nn.initializer.KaimingUniform(), nn.initializer.Constant(value=0.0))
+        self.conv0 = Conv2D(
+            out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1, in_channels=input_num
+        )
         self.relu0 = ReLU()
-        self.conv1 = Conv2D(out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1,
-                            in_channels=32)
+        self.conv1 = Conv2D(
+            out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1, in_channels=32
+        )
         self.relu1 = ReLU()
-        self.conv2 = Conv2D(out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1,
-                            in_channels=32)
+        self.conv2 = Conv2D(
+            out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1, in_channels=32
+        )
         self.relu2 = ReLU()
-        self.conv3 = Conv2D(out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1,
-                            in_channels=32)
+        self.conv3 = Conv2D(
+            out_channels=32, kernel_size=3, stride=2, padding=1, dilation=[1, 1], groups=1, in_channels=32
+        )
         self.relu3 = ReLU()
         self.linear0 = Linear(in_features=int(self.fc), out_features=512)
         self.linear1 = Linear(in_features=512, out_features=actions)
@@ -205,10 +210,19 @@ class RNDModel(nn.Layer):
         nn.initializer.set_global_initializer(nn.initializer.KaimingNormal(), nn.initializer.Constant(value=0.0))
 
         def convs():
-            return [nn.Conv2D(input_size, 32, 8, 4), nn.LeakyReLU(), nn.Conv2D(32, 64, 4, 2), nn.LeakyReLU(),
-                    nn.Conv2D(64, 64, 3, 1), nn.LeakyReLU(), Flatten()]
-        self.predictor = nn.Sequential(*convs(), nn.Linear(feature_output, 512), nn.ReLU(), nn.Linear(512, 512),
-                                       nn.ReLU(), nn.Linear(512, 512))
+            return [
+                nn.Conv2D(input_size, 32, 8, 4),
+                nn.LeakyReLU(),
+                nn.Conv2D(32, 64, 4, 2),
+                nn.LeakyReLU(),
+                nn.Conv2D(64, 64, 3, 1),
+                nn.LeakyReLU(),
+                Flatten(),
+            ]
+
+        self.predictor = nn.Sequential(
+            *convs(), nn.Linear(feature_output, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512)
+        )
         self.target = nn.Sequential(*convs(), nn.Linear(feature_output, 512))
         for index, param in enumerate(self.target.parameters()):
             param.stop_gradient = True
@@ -258,8 +272,12 @@ def evaluate(cfg, local_model, rnd_model):
 def train(cfg, on_phase=None):
     """Run ``cfg.updates`` updates; returns per-update phase timings (seconds)."""
     paddle.seed(cfg.seed)
-    num_processes, num_local_steps, batch_size, num_epochs = (cfg.num_processes, cfg.num_local_steps,
-                                                              cfg.batch_size, cfg.num_epochs)
+    num_processes, num_local_steps, batch_size, num_epochs = (
+        cfg.num_processes,
+        cfg.num_local_steps,
+        cfg.batch_size,
+        cfg.num_epochs,
+    )
     envs = MultipleEnvironments(cfg.world, cfg.stage, cfg.action_type, num_processes)
     try:
         model = MARIO(envs.num_states, envs.num_actions)
@@ -267,7 +285,7 @@ def train(cfg, on_phase=None):
         nn.initializer.set_global_initializer(None, None)  # (not in the tutorial: stop the leak here)
         clip_grad = paddle.nn.ClipGradByNorm(clip_norm=0.5)
         optimizer = paddle.optimizer.Adam(learning_rate=cfg.lr, parameters=model.parameters(), grad_clip=clip_grad)
-        forward_mse = nn.MSELoss(reduction='none')
+        forward_mse = nn.MSELoss(reduction="none")
         [agent_conn.send(("reset", None)) for agent_conn in envs.agent_conns]
         curr_states = [agent_conn.recv() for agent_conn in envs.agent_conns]
         curr_states = paddle.to_tensor(np.concatenate(curr_states, 0), dtype="float32")
@@ -289,8 +307,10 @@ def train(cfg, on_phase=None):
                 old_log_policy = paddle.tensor.triu(old_log_policy)
                 old_log_policy = paddle.sum(old_log_policy, axis=1)
                 old_log_policies.append(old_log_policy)
-                [agent_conn.send(("step", act)) for agent_conn, act in
-                 zip(envs.agent_conns, action.numpy().astype("int16").tolist())]
+                [
+                    agent_conn.send(("step", act))
+                    for agent_conn, act in zip(envs.agent_conns, action.numpy().astype("int16").tolist())
+                ]
                 state, reward, done, info = zip(*[agent_conn.recv() for agent_conn in envs.agent_conns])
                 train_reward += np.mean(reward)
                 state = paddle.to_tensor(np.concatenate(state, 0), dtype="float32")
@@ -300,14 +320,17 @@ def train(cfg, on_phase=None):
                 dones.append(done)
                 next_states.append(state)
                 curr_states = state
-            _, next_value, = model(curr_states)
+            (
+                _,
+                next_value,
+            ) = model(curr_states)
             next_value = next_value.squeeze()
             old_log_policies = paddle.concat(old_log_policies, axis=-1).detach()
             actions = paddle.concat(actions).squeeze()
             values = paddle.concat(values).squeeze().detach()
             states = paddle.concat(states).squeeze()
             next_states = paddle.concat(next_states).squeeze()
-            gae = paddle.to_tensor([0.])
+            gae = paddle.to_tensor([0.0])
             R = []
             for value, reward, done in list(zip(values, rewards, dones))[::-1]:
                 gae = gae * gamma * tau
@@ -323,7 +346,7 @@ def train(cfg, on_phase=None):
                 model.train()
                 indice = paddle.randperm(n)
                 for j in range(batch_size):
-                    batch_indices = indice[int(j * (n / batch_size)): int((j + 1) * (n / batch_size))]
+                    batch_indices = indice[int(j * (n / batch_size)) : int((j + 1) * (n / batch_size))]
                     batch_advantages = paddle.gather(advantages, batch_indices, axis=0)
                     batch_R = paddle.gather(R, batch_indices, axis=0)
                     batch_old_log_policies = paddle.gather(old_log_policies, batch_indices, axis=0)
@@ -336,7 +359,8 @@ def train(cfg, on_phase=None):
                     mask = (mask < update_proportion).cast("float32")
                     # the only change: mask.sum() is 0-D on Paddle 3 and cannot be concatenated with a [1] tensor
                     forward_loss = (forward_loss * mask).sum() / paddle.max(
-                        paddle.concat([mask.sum().reshape([1]), paddle.to_tensor([1.0])]))
+                        paddle.concat([mask.sum().reshape([1]), paddle.to_tensor([1.0])])
+                    )
                     logits, value = model(batch_states)
                     new_policy = F.softmax(logits, axis=-1)
                     new_m = Categorical(new_policy)
@@ -345,9 +369,14 @@ def train(cfg, on_phase=None):
                     new_log_policy = paddle.tensor.triu(new_log_policy)
                     new_log_policy = paddle.sum(new_log_policy, axis=1).squeeze()
                     ratio = paddle.exp(new_log_policy - batch_old_log_policies)
-                    actor_loss = paddle.concat([
-                        paddle.unsqueeze(ratio * batch_advantages, axis=0),
-                        paddle.unsqueeze(paddle.clip(ratio, 1.0 - epsilon, 1.0 + epsilon) * batch_advantages, axis=0)])
+                    actor_loss = paddle.concat(
+                        [
+                            paddle.unsqueeze(ratio * batch_advantages, axis=0),
+                            paddle.unsqueeze(
+                                paddle.clip(ratio, 1.0 - epsilon, 1.0 + epsilon) * batch_advantages, axis=0
+                            ),
+                        ]
+                    )
                     actor_loss = -paddle.mean(paddle.min(actor_loss, axis=0))
                     critic_loss = F.smooth_l1_loss(batch_R, value.squeeze())
                     entropy_loss = paddle.mean(new_m.entropy())
@@ -361,8 +390,16 @@ def train(cfg, on_phase=None):
             model.eval()
             eval_steps, _, _ = evaluate(cfg, model, rnd)
             t3 = time.perf_counter()
-            timings.append({"collect": t1 - t0, "update": t2 - t1, "eval": t3 - t2, "eval_steps": eval_steps,
-                            "steps": n, "loss": float(total_loss)})
+            timings.append(
+                {
+                    "collect": t1 - t0,
+                    "update": t2 - t1,
+                    "eval": t3 - t2,
+                    "eval_steps": eval_steps,
+                    "steps": n,
+                    "loss": float(total_loss),
+                }
+            )
             if on_phase:
                 on_phase(timings[-1])
         return timings

@@ -12,6 +12,7 @@ and minimum per setting.
     python benchmarks/update_threads.py                  # shards, N = os.cpu_count(), 5 rounds
     python benchmarks/update_threads.py --lever paddle --threads 2 --rounds 8 --steps 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,16 @@ def _batch(rng, n, actions):
     import numpy as np
 
     obs = rng.integers(0, 256, size=(n + 1, 4, 84, 84), dtype=np.uint8)
-    return {"obs": obs[:-1], "next_obs": obs[1:], "actions": rng.integers(0, actions, n).astype(np.int64),
-            "log_probs": np.full(n, -np.log(actions), np.float32), "advantages": rng.normal(size=n).astype(np.float32),
-            "ret_ext": rng.normal(size=n).astype(np.float32), "ret_int": rng.normal(size=n).astype(np.float32),
-            "dones": np.zeros(n, np.float32)}
+    return {
+        "obs": obs[:-1],
+        "next_obs": obs[1:],
+        "actions": rng.integers(0, actions, n).astype(np.int64),
+        "log_probs": np.full(n, -np.log(actions), np.float32),
+        "advantages": rng.normal(size=n).astype(np.float32),
+        "ret_ext": rng.normal(size=n).astype(np.float32),
+        "ret_int": rng.normal(size=n).astype(np.float32),
+        "dones": np.zeros(n, np.float32),
+    }
 
 
 def build(game: str):
@@ -40,15 +47,25 @@ def build(game: str):
     if game == "mario":
         from mario.model import MARIO as Policy
         from mario.rnd_model import make_rnd_networks
+
         actions = 7
     else:
         from montezuma.model import RNDPolicy as Policy
         from montezuma.rnd_model import make_rnd_networks
+
         actions = 18
     policy = Policy(4, actions)
     ppo = PPO(policy, lr=1e-5, epsilon=0.2, beta=0.01, vf_coef=1.0, max_grad_norm=0.5)
-    rnd = make_intrinsic("rnd", lambda c: make_rnd_networks(c), (4, 84, 84), 4, lr=1e-5, update_proportion=0.25,
-                         max_grad_norm=0.5, seed=1)
+    rnd = make_intrinsic(
+        "rnd",
+        lambda c: make_rnd_networks(c),
+        (4, 84, 84),
+        4,
+        lr=1e-5,
+        update_proportion=0.25,
+        max_grad_norm=0.5,
+        seed=1,
+    )
     return ppo, rnd, actions
 
 
@@ -64,8 +81,8 @@ def main(argv=None):
     import numpy as np
     import paddle
 
-    from common.device import set_device
     from common.cpu.fused import set_num_shards
+    from common.device import set_device
 
     set_device("cpu")  # also the trainer's host-allocator tuning
     paddle.seed(0)
@@ -79,7 +96,7 @@ def main(argv=None):
         rnd.observe(batch["obs"])
         times = {1: [], a.threads: []}
         for r in range(a.rounds + 1):
-            for th in ((1, a.threads) if r % 2 == 0 else (a.threads, 1)):
+            for th in (1, a.threads) if r % 2 == 0 else (a.threads, 1):
                 set_threads(th)
                 t = time.perf_counter()
                 for _ in range(a.steps):
@@ -89,8 +106,10 @@ def main(argv=None):
                     times[th].append((time.perf_counter() - t) / a.steps * 1e3)
         set_threads(1)
         m1, mn = np.median(times[1]), np.median(times[a.threads])
-        print(f"{game} batch {n}, {a.lever}: 1 thread median {m1:.0f} ms (min {min(times[1]):.0f}), "
-              f"{a.threads} threads median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x")
+        print(
+            f"{game} batch {n}, {a.lever}: 1 thread median {m1:.0f} ms (min {min(times[1]):.0f}), "
+            f"{a.threads} threads median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x"
+        )
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

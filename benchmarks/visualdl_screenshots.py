@@ -17,6 +17,7 @@ unmasked, possibly fragmented) are below. Chromium is started with
 it chose (``DevToolsActivePort``), and with the flags that keep a headless root
 Chromium off the network (``CHROMIUM_FLAGS``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--no-default-browser-check",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--no-default-browser-check",
     "--enable-unsafe-swiftshader",  # software WebGL for the high-dimensional view's scatter plot
 ]
 
@@ -69,9 +79,12 @@ class WebSocket:
         u = urllib.parse.urlparse(url)
         self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
-                          .encode())
+        self.sock.sendall(
+            (
+                f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = self.sock.recv(4096)
@@ -151,9 +164,19 @@ class Chromium:
         self.profile = tempfile.mkdtemp(prefix="vdl-chromium-")
         self.log = open(os.path.join(self.profile, "chromium.log"), "wb")
         self.proc = subprocess.Popen(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                "--remote-debugging-address=127.0.0.1",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._next_id = 0
         self.ws = None
         try:
@@ -165,8 +188,9 @@ class Chromium:
             self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             self.page("Page.enable")
             self.page("Runtime.enable")
-            self.page("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                      mobile=False)
+            self.page(
+                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+            )
         except BaseException:
             self.close()
             raise
@@ -267,8 +291,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def visualdl_server(parent: str, logdir: str = "runs", run: str | None = None, timeout: float = 90.0,
-                    log_dir: str | None = None):
+def visualdl_server(
+    parent: str, logdir: str = "runs", run: str | None = None, timeout: float = 90.0, log_dir: str | None = None
+):
     """Run ``visualdl --logdir <logdir> --language en`` in ``parent``; yields its base URL.
 
     ``logdir`` is relative (see docs/visualdl.md: an absolute one mixes up the embedding
@@ -278,9 +303,13 @@ def visualdl_server(parent: str, logdir: str = "runs", run: str | None = None, t
     port = free_port()
     log_path = os.path.join(log_dir or parent, f"visualdl-{port}.log")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(visualdl_command() + ["--logdir", logdir, "--host", "127.0.0.1", "--port", str(port),
-                                                      "--language", "en"],
-                                cwd=parent, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            visualdl_command() + ["--logdir", logdir, "--host", "127.0.0.1", "--port", str(port), "--language", "en"],
+            cwd=parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + timeout
@@ -400,6 +429,7 @@ EXPAND_GROUPS = """[...document.querySelectorAll('h3')].filter(h => h.parentElem
 @dataclass
 class View:
     """One dashboard as the browser showed it."""
+
     name: str
     url: str
     text: str = ""
@@ -426,15 +456,23 @@ def wait_for(browser: Chromium, what: str, ready, timeout: float) -> dict:
         try:
             snap = snapshot(browser)
         except BrowserError as e:  # e.g. the document is being replaced
-            snap = {"url": "", "groups": [], "images": [], "canvases": [], "selects": {},
-                    "text": f"(no snapshot: {e})", "drawn": set()}
+            snap = {
+                "url": "",
+                "groups": [],
+                "images": [],
+                "canvases": [],
+                "selects": {},
+                "text": f"(no snapshot: {e})",
+                "drawn": set(),
+            }
         if ready(snap):
             return snap
         if time.monotonic() > deadline:
             summary = {k: snap[k] for k in ("url", "groups", "images")}
             summary["canvases"] = [(c["kind"], c["inked"]) for c in snap["canvases"]]
-            raise BrowserError(f"{what}: not ready after {timeout:.0f} s; page: {summary}; "
-                               f"text: {snap['text'][:600]!r}")
+            raise BrowserError(
+                f"{what}: not ready after {timeout:.0f} s; page: {summary}; text: {snap['text'][:600]!r}"
+            )
         time.sleep(0.5)
 
 
@@ -470,6 +508,7 @@ def _choose(browser: Chromium, label: str, option: str) -> None:
 @dataclass
 class Page:
     """A dashboard: its route, when it is loaded, how to show everything, how to pose it for the docs."""
+
     name: str
     route: str
     loaded: callable  # snap -> bool: the data arrived
@@ -483,8 +522,11 @@ class Page:
 
 def _pose_scalar(browser):
     # The tutorial's tags and the curiosity signal, side by side, through the tag search box.
-    _type(browser, "input[placeholder^='Search tags']", "^(Training Reward|Eval Extrinsic reward|intrinsic/reward_mean|"
-                                                        "losses/forward)$")
+    _type(
+        browser,
+        "input[placeholder^='Search tags']",
+        "^(Training Reward|Eval Extrinsic reward|intrinsic/reward_mean|losses/forward)$",
+    )
 
 
 def _pose_image(browser):
@@ -498,8 +540,14 @@ def _last_sample(snap) -> bool:
     return bool(m) and m.group(1) == m.group(2)
 
 
-BUSY = ("Fetching tensor...", "Fetching metadata...", "Reading tensor...", "Reading metadata...", "Parsing data...",
-        "Calculating...")  # the high-dimensional page's loading messages (locales/en/high-dimensional.json)
+BUSY = (
+    "Fetching tensor...",
+    "Fetching metadata...",
+    "Reading tensor...",
+    "Reading metadata...",
+    "Parsing data...",
+    "Calculating...",
+)  # the high-dimensional page's loading messages (locales/en/high-dimensional.json)
 
 
 def _idle(snap) -> bool:
@@ -517,32 +565,50 @@ def _pose_embedding(browser):
 
 PAGES = {
     "scalar": Page(
-        "scalar", "/app/scalar",
+        "scalar",
+        "/app/scalar",
         loaded=lambda s: bool(s["groups"]),
-        expand=EXPAND_GROUPS, complete=_all_groups_drawn,
+        expand=EXPAND_GROUPS,
+        complete=_all_groups_drawn,
         pose=_pose_scalar,
-        posed=lambda s: [g[:2] for g in s["groups"]] == [["Search Result", 4]] and sum(
-            c["inked"] is True for c in s["canvases"]) >= 4),
+        posed=lambda s: (
+            [g[:2] for g in s["groups"]] == [["Search Result", 4]]
+            and sum(c["inked"] is True for c in s["canvases"]) >= 4
+        ),
+    ),
     "image": Page(
-        "image", "/app/sample/image",
+        "image",
+        "/app/sample/image",
         loaded=lambda s: bool(s["groups"]),
-        expand=EXPAND_GROUPS, complete=_all_groups_imaged,
-        pose=_pose_image, posed=_last_sample),
+        expand=EXPAND_GROUPS,
+        complete=_all_groups_imaged,
+        pose=_pose_image,
+        posed=_last_sample,
+    ),
     "histogram": Page(
-        "histogram", "/app/histogram",
+        "histogram",
+        "/app/histogram",
         loaded=lambda s: bool(s["groups"]),
-        expand=EXPAND_GROUPS, complete=_all_groups_drawn),
+        expand=EXPAND_GROUPS,
+        complete=_all_groups_drawn,
+    ),
     "high-dimensional": Page(
-        "high-dimensional", "/app/high-dimensional",
-        loaded=lambda s: "Points:" in s["text"] and "Component #1" in s["text"] and _idle(s)
-        and any(c["kind"] == "webgl" for c in s["canvases"]),
+        "high-dimensional",
+        "/app/high-dimensional",
+        loaded=lambda s: (
+            "Points:" in s["text"]
+            and "Component #1" in s["text"]
+            and _idle(s)
+            and any(c["kind"] == "webgl" for c in s["canvases"])
+        ),
         probe=EMBEDDING_INPUT,
         pose=_pose_embedding,
         posed=lambda s: "Neighbors" in s["text"] and _idle(s) and s["selects"].get("Color by") == "x_pos_bucket",
-        settle=6.0),
+        settle=6.0,
+    ),
     "hyper-parameter": Page(
-        "hyper-parameter", "/app/hyper-parameter",
-        loaded=lambda s: "Trial ID" in s["text"] and "Metrics" in s["text"]),
+        "hyper-parameter", "/app/hyper-parameter", loaded=lambda s: "Trial ID" in s["text"] and "Metrics" in s["text"]
+    ),
 }
 
 
@@ -554,7 +620,7 @@ def ink(png: bytes, rect=None) -> tuple[int, int]:
     img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
     if rect is not None:
         x, y, w, h = (int(round(v)) for v in rect)
-        img = img[max(y, 0):max(y + h, 0), max(x, 0):max(x + w, 0)]
+        img = img[max(y, 0) : max(y + h, 0), max(x, 0) : max(x + w, 0)]
     if img.size == 0:
         return 0, 0
     flat = img.reshape(-1, 3).astype(np.int32)
@@ -583,8 +649,15 @@ def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: flo
         snap = wait_for(browser, f"{page.name}: every tag drawn", page.complete, timeout)
     time.sleep(1.0)  # let the last chart animations settle
     snap = snapshot(browser)
-    view = View(page.name, url, text=snap["text"], drawn=snap["drawn"],
-                groups={g[0]: g[1] for g in snap["groups"]}, images=snap["images"], canvases=snap["canvases"])
+    view = View(
+        page.name,
+        url,
+        text=snap["text"],
+        drawn=snap["drawn"],
+        groups={g[0]: g[1] for g in snap["groups"]},
+        images=snap["images"],
+        canvases=snap["canvases"],
+    )
     if page.probe:
         view.probe = json.loads(browser.evaluate(page.probe))
     browser.evaluate("window.scrollTo(0, 0)")
@@ -606,18 +679,49 @@ def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: flo
 # ------------------------------------------------------------------ the docs' screenshots
 DOCS_RUN = "mario_1-1_rnd"
 DOCS_FLAGS = [
-    "--world", "1", "--stage", "1", "--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "64",
-    "--batch-size", "2", "--num-epochs", "2", "--num-global-steps", "2560", "--obs-norm-steps", "4",
-    "--eval-interval", "1", "--video-interval", "0", "--max-eval-steps", "400", "--histogram-interval", "2",
-    "--embedding-interval", "10", "--seed", "1",
+    "--world",
+    "1",
+    "--stage",
+    "1",
+    "--num-processes",
+    "2",
+    "--num-workers",
+    "-1",
+    "--num-local-steps",
+    "64",
+    "--batch-size",
+    "2",
+    "--num-epochs",
+    "2",
+    "--num-global-steps",
+    "2560",
+    "--obs-norm-steps",
+    "4",
+    "--eval-interval",
+    "1",
+    "--video-interval",
+    "0",
+    "--max-eval-steps",
+    "400",
+    "--histogram-interval",
+    "2",
+    "--embedding-interval",
+    "10",
+    "--seed",
+    "1",
 ]
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="", help="a folder holding runs/ to show (default: train a short Mario 1-1 run "
-                                              "in a temporary folder: 20 updates of 2 envs x 64 steps)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--runs",
+        default="",
+        help="a folder holding runs/ to show (default: train a short Mario 1-1 run "
+        "in a temporary folder: 20 updates of 2 envs x 64 steps)",
+    )
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "visualdl"), help="where the PNGs go")
     p.add_argument("--pages", default=",".join(PAGES), help="comma-separated, from: " + ", ".join(PAGES))
     p.add_argument("--timeout", type=float, default=180.0, help="seconds each page may take to draw")
@@ -636,8 +740,10 @@ def main(argv=None) -> int:
         with visualdl_server(parent, log_dir=tmp) as base, Chromium(binary) as browser:
             for page in pages:
                 view = capture(browser, base, page, args.out, timeout=args.timeout)
-                print(f"{view.screenshot}: {os.path.getsize(view.screenshot) / 1024:.0f} KiB, "
-                      f"{len(view.groups)} tag groups, {len(view.drawn)} canvas strings, ink {view.ink:.2f}")
+                print(
+                    f"{view.screenshot}: {os.path.getsize(view.screenshot) / 1024:.0f} KiB, "
+                    f"{len(view.groups)} tag groups, {len(view.drawn)} canvas strings, ink {view.ink:.2f}"
+                )
     return 0
 
 

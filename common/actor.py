@@ -9,6 +9,7 @@ rollback or a load changed them. The policy network's contract: ``policy(x)`` wi
 ``x`` float32[B, C, H, W] in [0, 1] returns ``(logits float32[B, A], v_ext float32[B],
 v_int float32[B])``.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -10,6 +10,7 @@ learns exactly the frames it is rewarded for.
 Conversion to float happens per minibatch inside the networks, never for the
 whole rollout.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -93,8 +94,16 @@ class RolloutBuffer:
             nxt[t, i] = o
         return nxt
 
-    def compute_returns_and_advantages(self, last_value_ext, last_value_int, gamma: float, lam: float,
-                                       int_gamma: float, ext_coef: float, int_coef: float) -> None:
+    def compute_returns_and_advantages(
+        self,
+        last_value_ext,
+        last_value_int,
+        gamma: float,
+        lam: float,
+        int_gamma: float,
+        ext_coef: float,
+        int_coef: float,
+    ) -> None:
         """GAE per stream (intrinsic non-episodic) and A = ext_coef*A_ext + int_coef*A_int."""
         self.values_ext[-1], self.values_int[-1] = last_value_ext, last_value_int
         adv_ext = gae(self.rewards_ext, self.values_ext, self.dones, gamma, lam)
@@ -117,13 +126,15 @@ class RolloutBuffer:
         size = total // num_minibatches
         perm = rng.permutation(total)
         obs_flat = self.obs.reshape(((T + 1) * N, *self.obs_shape))
-        flat = {k: getattr(self, k).reshape(total) for k in
-                ("actions", "log_probs", "advantages", "ret_ext", "ret_int", "dones")}
+        flat = {
+            k: getattr(self, k).reshape(total)
+            for k in ("actions", "log_probs", "advantages", "ret_ext", "ret_int", "dones")
+        }
         for j in range(num_minibatches):
-            idx = np.sort(perm[j * size:(j + 1) * size])  # sorted: contiguous reads from the big obs array
+            idx = np.sort(perm[j * size : (j + 1) * size])  # sorted: contiguous reads from the big obs array
             batch = {k: v[idx] for k, v in flat.items()}
-            batch["obs"] = obs_flat[idx]              # s_t   at flat index t*N + i
-            batch["next_obs"] = obs_flat[idx + N]     # s_t+1 at flat index (t+1)*N + i
+            batch["obs"] = obs_flat[idx]  # s_t   at flat index t*N + i
+            batch["next_obs"] = obs_flat[idx + N]  # s_t+1 at flat index (t+1)*N + i
             for k in np.flatnonzero(batch["dones"]):  # the reset frame there: put the terminal frame back
                 frame = self.terminal_obs.get(divmod(int(idx[k]), N))
                 if frame is not None:

@@ -18,6 +18,7 @@ Paddle's ``(name, ndarray)`` tensor records into tensors exactly as ``paddle.loa
 does. The files themselves are unchanged: plain ``paddle.load`` still reads them
 (for files one trusts), and the tutorial's file names are kept.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,14 +42,22 @@ class CheckpointError(ValueError):
 REQUIRED_KEYS = ("format", "game", "config")
 
 #: (module, name) pairs the loader may rebuild: containers and numpy arrays, nothing that runs code
-SAFE_GLOBALS = frozenset({
-    ("collections", "OrderedDict"),
-    ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"), ("builtins", "set"),
-    ("builtins", "frozenset"),
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),  # numpy 2 pickles
-})
+SAFE_GLOBALS = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("builtins", "tuple"),
+        ("builtins", "list"),
+        ("builtins", "dict"),
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "scalar"),  # numpy 2 pickles
+    }
+)
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -65,8 +74,9 @@ def nonfinite_tensors(state, prefix: str = "") -> list[str]:
         for i, v in enumerate(state):
             bad += nonfinite_tensors(v, f"{prefix}{i}/")
     elif isinstance(state, paddle.Tensor):
-        if state.dtype in (paddle.float16, paddle.float32, paddle.float64, paddle.bfloat16) and \
-                not bool(paddle.isfinite(state.astype("float32")).all()):
+        if state.dtype in (paddle.float16, paddle.float32, paddle.float64, paddle.bfloat16) and not bool(
+            paddle.isfinite(state.astype("float32")).all()
+        ):
             bad.append(prefix.rstrip("/"))
     elif isinstance(state, np.ndarray) and state.dtype.kind == "f" and not np.isfinite(state).all():
         bad.append(prefix.rstrip("/"))
@@ -87,8 +97,10 @@ def save_checkpoint(path: str, state: dict) -> str:
     """
     bad = nonfinite_tensors(state)
     if bad:
-        raise CheckpointError(f"refusing to write {path}: non-finite values in {', '.join(bad[:5])}"
-                              f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}")
+        raise CheckpointError(
+            f"refusing to write {path}: non-finite values in {', '.join(bad[:5])}"
+            f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".pdparams", dir=folder)
@@ -111,8 +123,9 @@ def save_checkpoint(path: str, state: dict) -> str:
 class _SafeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in SAFE_GLOBALS:
-            raise UnsafeCheckpointError(f"it asks to load {module}.{name}, which a checkpoint never needs "
-                                        "(the file may be crafted to run code)")
+            raise UnsafeCheckpointError(
+                f"it asks to load {module}.{name}, which a checkpoint never needs (the file may be crafted to run code)"
+            )
         return super().find_class(module, name)
 
     def persistent_load(self, pid):
@@ -187,13 +200,16 @@ def load_checkpoint(path: str, required=()) -> dict:
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
         raise CheckpointError(f"cannot read checkpoint {path!r}: {type(e).__name__}: {e}") from e
     if not isinstance(state, dict) or "format" not in state or "game" not in state:
-        raise CheckpointError(f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
-                              "tutorial's policy weights?): expected a dict with 'game', 'policy', ...")
+        raise CheckpointError(
+            f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
+            "tutorial's policy weights?): expected a dict with 'game', 'policy', ..."
+        )
     keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
     missing = [k for k in keys if k not in state]
     if missing:
-        raise CheckpointError(f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} "
-                              f"(expected {', '.join(keys)})")
+        raise CheckpointError(
+            f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
+        )
     return state
 
 
@@ -210,14 +226,18 @@ def check_compatible(state: dict, game: str, expected: dict, path: str = "checkp
         if isinstance(want, dict):
             if not isinstance(have, dict):
                 raise CheckpointError(f"{path} has no {key!r} state")
-            mismatched = [f"{k}: checkpoint {tuple(have[k].shape) if k in have else 'missing'} vs run {tuple(v.shape)}"
-                          for k, v in want.items() if k not in have or tuple(have[k].shape) != tuple(v.shape)]
+            mismatched = [
+                f"{k}: checkpoint {tuple(have[k].shape) if k in have else 'missing'} vs run {tuple(v.shape)}"
+                for k, v in want.items()
+                if k not in have or tuple(have[k].shape) != tuple(v.shape)
+            ]
             if mismatched or set(have) != set(want):
                 extra = sorted(set(have) - set(want))
                 raise CheckpointError(
                     f"{path}: the {key!r} network does not match this run's "
                     f"({'; '.join(mismatched[:5])}{'; unexpected ' + ', '.join(extra[:5]) if extra else ''}). "
-                    "Was it trained with another action set, game or network?")
+                    "Was it trained with another action set, game or network?"
+                )
         elif have != want:
             raise CheckpointError(f"{path}: {key} is {have!r} in the checkpoint but {want!r} in this run")
 
@@ -233,7 +253,7 @@ def optimizer_state(optimizer) -> dict:
     for key, value in optimizer.state_dict().items():
         for name, i in names:
             if key.startswith(name + "_"):
-                key = f"@param{i}" + key[len(name):]
+                key = f"@param{i}" + key[len(name) :]
                 break
         out[key] = value
     return out
@@ -245,7 +265,7 @@ def set_optimizer_state(optimizer, state: dict) -> None:
     renamed = {}
     for key, value in state.items():
         if key.startswith("@param"):
-            idx, rest = key[len("@param"):].split("_", 1)
+            idx, rest = key[len("@param") :].split("_", 1)
             key = f"{params[int(idx)].name}_{rest}"
         renamed[key] = value
     optimizer.set_state_dict(renamed)

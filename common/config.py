@@ -6,6 +6,7 @@ flag is the field's ``help`` metadata; ``choices`` restrict a value. Nothing is 
 at import time: ``parse_config(cls, argv)`` builds the config, ``validate`` checks
 it, ``to_json`` records it next to the run's logs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,21 +80,30 @@ class TrainConfig:
     # --- run -------------------------------------------------------------------------
     seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
     device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
-    num_threads: int = arg(0, "CPU threads for the networks: each large enough convolution batch runs as "
-                              "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
-                              "and the intrinsic module's update step runs beside the PPO step "
-                              "(0: os.cpu_count(); 1: neither). See docs/performance.md")
-    inference: str = arg("native", "what runs the policy's forward passes during collection on CPU: native (the "
-                                   "same network on oneDNN primitives + numpy, weights copied after every update, "
-                                   "no Paddle dispatch: outputs equal within ~1e-6, ~1.5x faster at batch 4; networks "
-                                   "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
-                                   "oneDNN, for batches of 32 or more; no faster than dygraph now, kept for "
-                                   "comparison), onednn-bf16 (the same in bfloat16 on "
-                                   "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
-                                   "network; always on GPU). See docs/performance.md",
-                         choices=("native", "onednn", "onednn-bf16", "dygraph"))
-    log_path: str = arg("runs", "parent folder of run folders; each run writes config.json, VisualDL logs, "
-                                "videos and checkpoints into log_path/run_name")
+    num_threads: int = arg(
+        0,
+        "CPU threads for the networks: each large enough convolution batch runs as "
+        "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
+        "and the intrinsic module's update step runs beside the PPO step "
+        "(0: os.cpu_count(); 1: neither). See docs/performance.md",
+    )
+    inference: str = arg(
+        "native",
+        "what runs the policy's forward passes during collection on CPU: native (the "
+        "same network on oneDNN primitives + numpy, weights copied after every update, "
+        "no Paddle dispatch: outputs equal within ~1e-6, ~1.5x faster at batch 4; networks "
+        "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
+        "oneDNN, for batches of 32 or more; no faster than dygraph now, kept for "
+        "comparison), onednn-bf16 (the same in bfloat16 on "
+        "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
+        "network; always on GPU). See docs/performance.md",
+        choices=("native", "onednn", "onednn-bf16", "dygraph"),
+    )
+    log_path: str = arg(
+        "runs",
+        "parent folder of run folders; each run writes config.json, VisualDL logs, "
+        "videos and checkpoints into log_path/run_name",
+    )
     run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")
     saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
     resume: str = arg("", "checkpoint (.pdparams) to continue from; the run continues its step counters")
@@ -101,23 +111,35 @@ class TrainConfig:
     save_interval: int = arg(50, "save a checkpoint every this many updates")
     eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
     video_interval: int = arg(10, "record the evaluation episode to mp4 every this many updates (0: never)")
-    eval_in_background: bool = arg(True, "play the evaluation episode in a separate process with a snapshot of the "
-                                          "policy while the next update runs (results are logged at the evaluated "
-                                          "update's step when they arrive); off: in the trainer, blocking")
+    eval_in_background: bool = arg(
+        True,
+        "play the evaluation episode in a separate process with a snapshot of the "
+        "policy while the next update runs (results are logged at the evaluated "
+        "update's step when they arrive); off: in the trainer, blocking",
+    )
     max_actions: int = arg(512, "evaluation stops when the greedy policy repeats one action this many times")
     max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
     histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
     embedding_interval: int = arg(50, "log target-network embeddings of recent states every N updates (0: never)")
-    max_nan_updates: int = arg(3, "stop the run after this many consecutive updates with a non-finite loss or "
-                                  "weights (each is rolled back; the last good state is saved)")
+    max_nan_updates: int = arg(
+        3,
+        "stop the run after this many consecutive updates with a non-finite loss or "
+        "weights (each is rolled back; the last good state is saved)",
+    )
     worker_timeout: float = arg(60.0, "seconds an env worker may take for one step before it counts as hung")
-    max_worker_restarts: int = arg(3, "replace an env worker process that dies or hangs (its envs start fresh "
-                                      "episodes) at most this many times in a run, then stop and save")
+    max_worker_restarts: int = arg(
+        3,
+        "replace an env worker process that dies or hangs (its envs start fresh "
+        "episodes) at most this many times in a run, then stop and save",
+    )
 
     # --- environments ------------------------------------------------------------------
     num_processes: int = arg(6, "number of parallel environments", aliases=("--num-envs",))
-    num_workers: int = arg(0, "subprocesses hosting the environments, each stepping several of them "
-                              "(0: one per CPU core, at most one per environment; -1: all in the trainer process)")
+    num_workers: int = arg(
+        0,
+        "subprocesses hosting the environments, each stepping several of them "
+        "(0: one per CPU core, at most one per environment; -1: all in the trainer process)",
+    )
 
     # --- PPO ------------------------------------------------------------------------------
     lr: float = arg(4e-5, "Adam learning rate (policy; also the intrinsic networks unless --intrinsic-lr)")
@@ -129,11 +151,15 @@ class TrainConfig:
     num_epochs: int = arg(10, "PPO epochs per update")
     num_local_steps: int = arg(512, "rollout length per environment per update")
     max_grad_norm: float = arg(0.5, "global gradient-norm clip")
-    value_loss: str = arg("smooth_l1", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse"))
+    value_loss: str = arg(
+        "smooth_l1", "value loss: smooth_l1 (tutorial) or mse (RND paper)", choices=("smooth_l1", "mse")
+    )
     vf_coef: float = arg(1.0, "weight of the value loss")
     clip_reward: bool = arg(False, "sign-clip extrinsic rewards before learning (the RND paper's Atari setting)")
-    norm_adv: bool = arg(False, "standardize the advantage per minibatch (CleanRL); off: the RND authors' and the "
-                                "tutorial's raw advantages")
+    norm_adv: bool = arg(
+        False,
+        "standardize the advantage per minibatch (CleanRL); off: the RND authors' and the tutorial's raw advantages",
+    )
 
     # --- intrinsic reward ----------------------------------------------------------------
     intrinsic: str = arg("rnd", "intrinsic-reward module", choices=("none", "rnd", "snd-v", "snd-std", "snd-vic"))
@@ -142,14 +168,22 @@ class TrainConfig:
     int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
     update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
     snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
-    target_proportion: float = arg(1.0, "share of each minibatch the SND target is trained on (1: all of it, as "
-                                        "the SND authors' code); RND's target is frozen and ignores it")
+    target_proportion: float = arg(
+        1.0,
+        "share of each minibatch the SND target is trained on (1: all of it, as "
+        "the SND authors' code); RND's target is frozen and ignores it",
+    )
     intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic predictor (0: same as --lr)")
-    target_lr: float = arg(0.0, "learning rate of the SND target network (0: same as the predictor's); "
-                                "RND's target is frozen and ignores it")
-    int_first_visit: bool = arg(False, "pay the intrinsic reward only for the first visit of an observation within "
-                                       "an episode (BeBold/NovelD's episodic restriction): stops a curious agent from "
-                                       "farming novelty by cycling between a few observations. See docs/exploration.md")
+    target_lr: float = arg(
+        0.0,
+        "learning rate of the SND target network (0: same as the predictor's); RND's target is frozen and ignores it",
+    )
+    int_first_visit: bool = arg(
+        False,
+        "pay the intrinsic reward only for the first visit of an observation within "
+        "an episode (BeBold/NovelD's episodic restriction): stops a curious agent from "
+        "farming novelty by cycling between a few observations. See docs/exploration.md",
+    )
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")
 
@@ -173,15 +207,31 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
+
         def need(ok, flag, value, accepted):
             if not ok:
                 raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
 
-        for name in ("num_global_steps", "num_processes", "num_local_steps", "num_epochs", "batch_size",
-                     "max_actions", "max_eval_steps", "max_nan_updates", "snd_max_pairs"):
+        for name in (
+            "num_global_steps",
+            "num_processes",
+            "num_local_steps",
+            "num_epochs",
+            "batch_size",
+            "max_actions",
+            "max_eval_steps",
+            "max_nan_updates",
+            "snd_max_pairs",
+        ):
             need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
-        for name in ("save_interval", "eval_interval", "video_interval", "histogram_interval",
-                     "embedding_interval", "obs_norm_steps"):
+        for name in (
+            "save_interval",
+            "eval_interval",
+            "video_interval",
+            "histogram_interval",
+            "embedding_interval",
+            "obs_norm_steps",
+        ):
             need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
         need(self.max_worker_restarts >= 0, "max-worker-restarts", self.max_worker_restarts, "an integer >= 0")
@@ -200,15 +250,27 @@ class TrainConfig:
         need(0.0 < self.target_proportion <= 1.0, "target-proportion", self.target_proportion, "a value in (0, 1]")
         need(self.epsilon > 0, "epsilon", self.epsilon, "a positive clip range")
         need(self.max_grad_norm > 0, "max-grad-norm", self.max_grad_norm, "a positive norm")
-        need(self.beta >= 0 and self.int_coef >= 0 and self.ext_coef >= 0, "beta/--int-coef/--ext-coef",
-             (self.beta, self.int_coef, self.ext_coef), "non-negative coefficients")
-        need(self.rollout_size % self.batch_size == 0 and self.minibatch_size > 0, "batch-size", self.batch_size,
-             f"a divisor of num_local_steps x num_processes = {self.rollout_size}")
+        need(
+            self.beta >= 0 and self.int_coef >= 0 and self.ext_coef >= 0,
+            "beta/--int-coef/--ext-coef",
+            (self.beta, self.int_coef, self.ext_coef),
+            "non-negative coefficients",
+        )
+        need(
+            self.rollout_size % self.batch_size == 0 and self.minibatch_size > 0,
+            "batch-size",
+            self.batch_size,
+            f"a divisor of num_local_steps x num_processes = {self.rollout_size}",
+        )
         for f in dataclasses.fields(self):
             choices = field_meta(type(self), f.name).get("choices")
             if choices:
-                need(getattr(self, f.name) in choices, f.name.replace("_", "-"), getattr(self, f.name),
-                     f"one of {', '.join(map(str, choices))}")
+                need(
+                    getattr(self, f.name) in choices,
+                    f.name.replace("_", "-"),
+                    getattr(self, f.name),
+                    f"one of {', '.join(map(str, choices))}",
+                )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -231,8 +293,9 @@ def _field_type(cls, f):
 
 def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
     """argparse parser with one ``--kebab-case`` flag per field of ``cls``."""
-    parser = argparse.ArgumentParser(description=description or cls.__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description or cls.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     for f in dataclasses.fields(cls):
         meta = field_meta(cls, f.name)
         flags = ["--" + f.name.replace("_", "-"), *meta.get("aliases", ())]
@@ -266,6 +329,6 @@ def parse_config(cls, argv=None, description: str = ""):
             for alias in field_meta(cls, f.name).get("aliases", ()):
                 typed = any(a == alias or a.startswith(alias + "=") for a in argv)
                 if typed and msg.startswith(primary + " "):
-                    msg = alias + msg[len(primary):]
+                    msg = alias + msg[len(primary) :]
         parser.error(msg)
     return cfg

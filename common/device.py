@@ -1,5 +1,7 @@
 """Paddle import guard and device selection."""
+
 from __future__ import annotations
+
 
 def require_paddle():
     """Import Paddle, or fail with the install command (Paddle is not a hard dependency, see setup.py)."""
@@ -10,8 +12,10 @@ def require_paddle():
     try:
         import paddle  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the machine
-        raise SystemExit("PaddlePaddle is not installed. CPU: pip install -e \".[cpu]\"; "
-                         "GPU: install paddlepaddle-gpu for your CUDA version (see README)") from e
+        raise SystemExit(
+            'PaddlePaddle is not installed. CPU: pip install -e ".[cpu]"; '
+            "GPU: install paddlepaddle-gpu for your CUDA version (see README)"
+        ) from e
     return paddle
 
 

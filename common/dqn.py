@@ -27,6 +27,7 @@ layers, 7,744 features into the dense layer. ``padding="valid"`` is the Nature-D
 RND geometry (20 -> 9 -> 7, 3,136 features) and costs ~3.5x fewer multiply-adds;
 see ``docs/snd_dqn_pong.md`` for the speed of each.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -70,8 +71,10 @@ def block_geometry(input_hw: int, padding: str):
 
 def keras_attrs():
     """(weight_attr, bias_attr) of Keras' defaults: Glorot (Xavier) uniform weights, zero biases."""
-    return (paddle.ParamAttr(initializer=nn.initializer.XavierUniform()),
-            paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)))
+    return (
+        paddle.ParamAttr(initializer=nn.initializer.XavierUniform()),
+        paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)),
+    )
 
 
 class DQNConvNet(Net):
@@ -115,8 +118,14 @@ def to_float(obs: np.ndarray) -> paddle.Tensor:
     return paddle.to_tensor(obs).astype("float32") / 255.0
 
 
-def double_dqn_targets(rewards: np.ndarray, terminals: np.ndarray, next_q_online: np.ndarray,
-                       next_q_target: np.ndarray, discount: float, double: bool = True) -> np.ndarray:
+def double_dqn_targets(
+    rewards: np.ndarray,
+    terminals: np.ndarray,
+    next_q_online: np.ndarray,
+    next_q_target: np.ndarray,
+    discount: float,
+    double: bool = True,
+) -> np.ndarray:
     """TD targets ``float32[B]``.
 
     Args:
@@ -174,28 +183,41 @@ class DoubleDQN:
         huber_delta: the Huber loss' delta (Keras' default 1).
     """
 
-    def __init__(self, q_net: nn.Layer, target_net: nn.Layer, *, lr: float, discount: float,
-                 target_update_interval: int, double: bool = True, huber_delta: float = 1.0):
+    def __init__(
+        self,
+        q_net: nn.Layer,
+        target_net: nn.Layer,
+        *,
+        lr: float,
+        discount: float,
+        target_update_interval: int,
+        double: bool = True,
+        huber_delta: float = 1.0,
+    ):
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
         if not 0.0 <= discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {discount!r}")
-        if isinstance(target_update_interval, bool) or int(target_update_interval) != target_update_interval \
-                or target_update_interval < 1:
+        if (
+            isinstance(target_update_interval, bool)
+            or int(target_update_interval) != target_update_interval
+            or target_update_interval < 1
+        ):
             raise ValueError(f"target_update_interval must be a positive integer, got {target_update_interval!r}")
         self.q_net, self.target_net = q_net, target_net
         self.discount = float(discount)
         self.target_update_interval = int(target_update_interval)
         self.double = bool(double)
         self.huber_delta = float(huber_delta)
-        self.optimizer = paddle.optimizer.Adam(learning_rate=lr, parameters=q_net.parameters(),
-                                               epsilon=KERAS_ADAM_EPSILON)
+        self.optimizer = paddle.optimizer.Adam(
+            learning_rate=lr, parameters=q_net.parameters(), epsilon=KERAS_ADAM_EPSILON
+        )
         for p in self.target_net.parameters():
             p.stop_gradient = True
         self.target_net.eval()
         self.sync_target()
-        self.train_count = 0   # updates done (SRL's train_count)
-        self.sync_count = 0    # target syncs done by ``learn``
+        self.train_count = 0  # updates done (SRL's train_count)
+        self.sync_count = 0  # target syncs done by ``learn``
 
     def sync_target(self) -> None:
         self.target_net.set_state_dict(self.q_net.state_dict())
@@ -211,11 +233,18 @@ class DoubleDQN:
         x = to_float(next_obs)
         q_target = self.target_net(x).numpy()
         q_online = self.q_net(x).numpy() if self.double else q_target
-        return double_dqn_targets(np.asarray(rewards, np.float32), np.asarray(terminals, np.float32),
-                                  q_online, q_target, self.discount, self.double)
+        return double_dqn_targets(
+            np.asarray(rewards, np.float32),
+            np.asarray(terminals, np.float32),
+            q_online,
+            q_target,
+            self.discount,
+            self.double,
+        )
 
-    def learn(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminals: np.ndarray,
-              next_obs: np.ndarray) -> dict:
+    def learn(
+        self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminals: np.ndarray, next_obs: np.ndarray
+    ) -> dict:
         """One update on a batch; returns ``{"q": Huber loss, "q_mean": mean Q(s, a), "target_mean": mean y,
         "synced": 1.0 if the target was synced after it}``.
 
@@ -244,9 +273,13 @@ class DoubleDQN:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {"q_net": self.q_net.state_dict(), "target_net": self.target_net.state_dict(),
-                "optimizer": optimizer_state(self.optimizer), "train_count": self.train_count,
-                "sync_count": self.sync_count}
+        return {
+            "q_net": self.q_net.state_dict(),
+            "target_net": self.target_net.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
+            "train_count": self.train_count,
+            "sync_count": self.sync_count,
+        }
 
     def set_state_dict(self, state: dict) -> None:
         self.q_net.set_state_dict(state["q_net"])

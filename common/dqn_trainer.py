@@ -35,6 +35,7 @@ for ``memory_warmup_size`` transitions before training again. The environment st
 a fresh episode on resume. Ctrl-C / SIGTERM finish the current step and save; a
 second Ctrl-C aborts.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -56,9 +57,9 @@ from common.game import GameSpec
 
 paddle = require_paddle()
 
+from common import cpu  # noqa: E402
 from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint  # noqa: E402
 from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
-from common import cpu  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.replay import ReplayMemory  # noqa: E402
@@ -77,33 +78,54 @@ class DQNConfig:
     """Double DQN (+ SND-V) settings; a game's config subclasses this. Defaults: the SND article's runner."""
 
     # --- agent -----------------------------------------------------------------------------
-    agent: str = arg("dqn", "the article's three agents: dqn (Double DQN, epsilon 0.1), dqn-e0 (the same, epsilon "
-                            "0), snd (Double DQN + SND-V intrinsic reward, epsilon 0)", choices=AGENTS)
+    agent: str = arg(
+        "dqn",
+        "the article's three agents: dqn (Double DQN, epsilon 0.1), dqn-e0 (the same, epsilon "
+        "0), snd (Double DQN + SND-V intrinsic reward, epsilon 0)",
+        choices=AGENTS,
+    )
 
     # --- run ---------------------------------------------------------------------------------
     seed: int = arg(0, "random seed (network init, exploration, sampling); a CPU run repeats exactly")
     device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
-    num_threads: int = arg(0, "CPU threads for the networks (0: os.cpu_count()): with --parallel-intrinsic and "
-                              "the snd agent, the SND update runs on a second thread beside the Q update; "
-                              "otherwise each convolution batch is split into this many shards, one thread each")
-    parallel_intrinsic: bool = arg(True, "snd agent: run the SND networks' update (target step + predictor "
-                                         "step) on a second thread beside the Q update (they share no weights, so "
-                                         "the results are the same as one after the other)")
-    log_path: str = arg("runs", "parent folder of run folders (config.json, VisualDL logs, metrics.jsonl, "
-                                "models/, videos/)")
+    num_threads: int = arg(
+        0,
+        "CPU threads for the networks (0: os.cpu_count()): with --parallel-intrinsic and "
+        "the snd agent, the SND update runs on a second thread beside the Q update; "
+        "otherwise each convolution batch is split into this many shards, one thread each",
+    )
+    parallel_intrinsic: bool = arg(
+        True,
+        "snd agent: run the SND networks' update (target step + predictor "
+        "step) on a second thread beside the Q update (they share no weights, so "
+        "the results are the same as one after the other)",
+    )
+    log_path: str = arg(
+        "runs", "parent folder of run folders (config.json, VisualDL logs, metrics.jsonl, models/, videos/)"
+    )
     run_name: str = arg("", "name of this run's folder (default: game, agent, seed and time)")
     saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
-    resume: str = arg("", "checkpoint (.pdparams) to continue from (counters, networks, optimizers, replay memory "
-                          "if it was saved)")
-    train_steps: int = arg(100_000, "stop after this many train steps (the article: runner.train("
-                                    "max_train_count=100_000)); env steps = train steps + the warm-up")
+    resume: str = arg(
+        "", "checkpoint (.pdparams) to continue from (counters, networks, optimizers, replay memory if it was saved)"
+    )
+    train_steps: int = arg(
+        100_000,
+        "stop after this many train steps (the article: runner.train("
+        "max_train_count=100_000)); env steps = train steps + the warm-up",
+    )
     save_interval: int = arg(25_000, "save a checkpoint every this many train steps (0: only at the end)")
-    save_replay: bool = arg(True, "put the replay memory in checkpoints (~7 KB per stored frame, 71 MB at "
-                                  "10,000) so --resume continues on the same data; off: a resumed run starts "
-                                  "with an empty memory and waits for the warm-up again")
-    eval_interval: int = arg(2_000, "play --eval-episodes greedy evaluation episodes every this many train steps "
-                                    "(0: never). The article logged one every 5 s of wall time (SRL history, "
-                                    "eval_reward0)")
+    save_replay: bool = arg(
+        True,
+        "put the replay memory in checkpoints (~7 KB per stored frame, 71 MB at "
+        "10,000) so --resume continues on the same data; off: a resumed run starts "
+        "with an empty memory and waits for the warm-up again",
+    )
+    eval_interval: int = arg(
+        2_000,
+        "play --eval-episodes greedy evaluation episodes every this many train steps "
+        "(0: never). The article logged one every 5 s of wall time (SRL history, "
+        "eval_reward0)",
+    )
     eval_episodes: int = arg(1, "episodes per evaluation (their mean return is logged)")
     test_epsilon: float = arg(0.0, "epsilon of the evaluation episodes (SRL's test_epsilon, 0)")
     max_eval_steps: int = arg(5_000, "hard cap on agent steps in one evaluation episode")
@@ -112,41 +134,63 @@ class DQNConfig:
     max_nan_updates: int = arg(3, "stop after this many consecutive train steps with a non-finite loss")
 
     # --- Double DQN ------------------------------------------------------------------------
-    lr: float = arg(0.0005, "Adam learning rate of the Q network (and of the SND networks unless --snd-lr): the "
-                            "article's runner sets 0.0005 (its SND Config default and SRL's DQN default: 0.001)")
+    lr: float = arg(
+        0.0005,
+        "Adam learning rate of the Q network (and of the SND networks unless --snd-lr): the "
+        "article's runner sets 0.0005 (its SND Config default and SRL's DQN default: 0.001)",
+    )
     discount: float = arg(0.99, "discount factor (the article: 0.99)")
-    target_model_update_interval: int = arg(2_000, "copy the online Q network to the target network every this "
-                                                   "many train steps (the article's runner: 2,000; its SND Config "
-                                                   "default and SRL's DQN default: 1,000)")
-    double_dqn: bool = arg(True, "double DQN targets: the online network picks the next action, the target network "
-                                 "values it (the article: enable_double_dqn=True; the SND agent's own code does the "
-                                 "same)")
+    target_model_update_interval: int = arg(
+        2_000,
+        "copy the online Q network to the target network every this "
+        "many train steps (the article's runner: 2,000; its SND Config "
+        "default and SRL's DQN default: 1,000)",
+    )
+    double_dqn: bool = arg(
+        True,
+        "double DQN targets: the online network picks the next action, the target network "
+        "values it (the article: enable_double_dqn=True; the SND agent's own code does the "
+        "same)",
+    )
     batch_size: int = arg(32, "transitions per train step (SRL's default, not changed by the article)")
     memory_capacity: int = arg(10_000, "replay memory size in stored frames, ~ transitions (the article: 10,000)")
-    memory_warmup_size: int = arg(1_000, "train only once the memory holds this many transitions (the article: "
-                                         "1,000)")
+    memory_warmup_size: int = arg(1_000, "train only once the memory holds this many transitions (the article: 1,000)")
     window_length: int = arg(4, "frames stacked into one state (the article: window_length=4)")
-    epsilon: float = arg(-1.0, "epsilon-greedy exploration while training (-1: the agent's, as the article: dqn "
-                               "0.1, dqn-e0 0, snd 0)")
-    epsilon_initial: float = arg(-1.0, "epsilon at env step 0, decaying linearly to --epsilon over "
-                                       "--epsilon-decay-steps (-1: constant --epsilon, the article)")
+    epsilon: float = arg(
+        -1.0, "epsilon-greedy exploration while training (-1: the agent's, as the article: dqn 0.1, dqn-e0 0, snd 0)"
+    )
+    epsilon_initial: float = arg(
+        -1.0,
+        "epsilon at env step 0, decaying linearly to --epsilon over "
+        "--epsilon-decay-steps (-1: constant --epsilon, the article)",
+    )
     epsilon_decay_steps: int = arg(0, "env steps of the linear epsilon decay (0: constant, the article)")
-    conv_padding: str = arg("valid", "padding of the DQN image block in every network: same (the article's Keras "
-                                     "layers: 84->21->11->11, 7,744 features into Dense(512)) or valid (Nature "
-                                     "DQN/RND geometry: 84->20->9->7, 3,136 features, ~3.5x fewer multiply-adds: "
-                                     "the default, for CPU speed; see docs/snd_dqn_pong.md)",
-                            choices=("valid", "same"))
+    conv_padding: str = arg(
+        "valid",
+        "padding of the DQN image block in every network: same (the article's Keras "
+        "layers: 84->21->11->11, 7,744 features into Dense(512)) or valid (Nature "
+        "DQN/RND geometry: 84->20->9->7, 3,136 features, ~3.5x fewer multiply-adds: "
+        "the default, for CPU speed; see docs/snd_dqn_pong.md)",
+        choices=("valid", "same"),
+    )
 
     # --- SND-V (agent snd) -------------------------------------------------------------------
     int_reward_scale: float = arg(0.5, "reward = extrinsic + this x intrinsic (the article's int_reward_scale 0.5)")
-    snd_lr: float = arg(0.0, "learning rate of the SND target and predictor (0: --lr, as the article: one lr for "
-                             "all three optimizers)")
-    snd_noise: float = arg(0.2, "uniform noise U(-a, a) added on the [0, 1] scale to the target's contrastive "
-                                "samples (the article's full listing: 0.2; its excerpt: 0, no augmentation)")
-    snd_distill_pairing: str = arg("same", "what the predictor is distilled on: same (predictor(s') -> "
-                                           "target(s'), the SND paper and the article's full listing) or shifted "
-                                           "(predictor(s) -> target(s'), the article's Trainer excerpt; see README)",
-                                   choices=("same", "shifted"))
+    snd_lr: float = arg(
+        0.0, "learning rate of the SND target and predictor (0: --lr, as the article: one lr for all three optimizers)"
+    )
+    snd_noise: float = arg(
+        0.2,
+        "uniform noise U(-a, a) added on the [0, 1] scale to the target's contrastive "
+        "samples (the article's full listing: 0.2; its excerpt: 0, no augmentation)",
+    )
+    snd_distill_pairing: str = arg(
+        "same",
+        "what the predictor is distilled on: same (predictor(s') -> "
+        "target(s'), the SND paper and the article's full listing) or shifted "
+        "(predictor(s) -> target(s'), the article's Trainer excerpt; see README)",
+        choices=("same", "shifted"),
+    )
 
     def __post_init__(self):
         if self.agent in AGENT_EPSILON and self.epsilon == -1.0:
@@ -158,6 +202,7 @@ class DQNConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
+
         def need(ok, flag, value, accepted):
             if not ok:
                 raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
@@ -166,9 +211,18 @@ class DQNConfig:
             v = getattr(self, f.name)
             if isinstance(v, float):
                 need(math.isfinite(v), f.name.replace("_", "-"), v, "a finite number")
-        for name in ("train_steps", "batch_size", "memory_capacity", "memory_warmup_size", "window_length",
-                     "target_model_update_interval", "eval_episodes", "max_eval_steps", "log_interval",
-                     "max_nan_updates"):
+        for name in (
+            "train_steps",
+            "batch_size",
+            "memory_capacity",
+            "memory_warmup_size",
+            "window_length",
+            "target_model_update_interval",
+            "eval_episodes",
+            "max_eval_steps",
+            "log_interval",
+            "max_nan_updates",
+        ):
             need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
         for name in ("save_interval", "eval_interval", "video_interval", "epsilon_decay_steps", "num_threads"):
             need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
@@ -176,25 +230,49 @@ class DQNConfig:
         need(self.snd_lr >= 0, "snd-lr", self.snd_lr, "0 (same as --lr) or a positive learning rate")
         need(0.0 <= self.discount <= 1.0, "discount", self.discount, "a value in [0, 1]")
         need(0.0 <= self.epsilon <= 1.0, "epsilon", self.epsilon, "a value in [0, 1] (or -1: the agent's)")
-        need(self.epsilon_initial == -1.0 or 0.0 <= self.epsilon_initial <= 1.0, "epsilon-initial",
-             self.epsilon_initial, "a value in [0, 1] or -1 (constant)")
+        need(
+            self.epsilon_initial == -1.0 or 0.0 <= self.epsilon_initial <= 1.0,
+            "epsilon-initial",
+            self.epsilon_initial,
+            "a value in [0, 1] or -1 (constant)",
+        )
         need(0.0 <= self.test_epsilon <= 1.0, "test-epsilon", self.test_epsilon, "a value in [0, 1]")
         need(self.int_reward_scale >= 0, "int-reward-scale", self.int_reward_scale, "a value >= 0")
         need(self.snd_noise >= 0, "snd-noise", self.snd_noise, "a value >= 0")
-        need(self.memory_warmup_size <= self.memory_capacity, "memory-warmup-size", self.memory_warmup_size,
-             f"at most --memory-capacity ({self.memory_capacity})")
-        need(self.batch_size <= self.memory_warmup_size, "batch-size", self.batch_size,
-             f"at most --memory-warmup-size ({self.memory_warmup_size}), as SRL asserts")
-        need(self.memory_capacity > self.window_length, "memory-capacity", self.memory_capacity,
-             f"more than --window-length ({self.window_length})")
-        need(not self.uses_snd or self.batch_size % 2 == 0, "batch-size", self.batch_size,
-             "an even number for the snd agent (half the target's pairs are identical, half random; the article "
-             "asserts batch_size % 2 == 0)")
+        need(
+            self.memory_warmup_size <= self.memory_capacity,
+            "memory-warmup-size",
+            self.memory_warmup_size,
+            f"at most --memory-capacity ({self.memory_capacity})",
+        )
+        need(
+            self.batch_size <= self.memory_warmup_size,
+            "batch-size",
+            self.batch_size,
+            f"at most --memory-warmup-size ({self.memory_warmup_size}), as SRL asserts",
+        )
+        need(
+            self.memory_capacity > self.window_length,
+            "memory-capacity",
+            self.memory_capacity,
+            f"more than --window-length ({self.window_length})",
+        )
+        need(
+            not self.uses_snd or self.batch_size % 2 == 0,
+            "batch-size",
+            self.batch_size,
+            "an even number for the snd agent (half the target's pairs are identical, half random; the article "
+            "asserts batch_size % 2 == 0)",
+        )
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices:
-                need(getattr(self, f.name) in choices, f.name.replace("_", "-"), getattr(self, f.name),
-                     f"one of {', '.join(map(str, choices))}")
+                need(
+                    getattr(self, f.name) in choices,
+                    f.name.replace("_", "-"),
+                    getattr(self, f.name),
+                    f"one of {', '.join(map(str, choices))}",
+                )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -243,23 +321,37 @@ class DQNTrainer:
 
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         if self.obs_shape[0] != cfg.window_length:
-            raise ValueError(f"the game's observations stack {self.obs_shape[0]} frames but --window-length is "
-                             f"{cfg.window_length}")
+            raise ValueError(
+                f"the game's observations stack {self.obs_shape[0]} frames but --window-length is {cfg.window_length}"
+            )
         q_net = spec.make_policy(cfg, self.obs_shape, self.num_actions)
         target_net = spec.make_policy(cfg, self.obs_shape, self.num_actions)
-        self.learner = DoubleDQN(q_net, target_net, lr=cfg.lr, discount=cfg.discount,
-                                 target_update_interval=cfg.target_model_update_interval, double=cfg.double_dqn)
+        self.learner = DoubleDQN(
+            q_net,
+            target_net,
+            lr=cfg.lr,
+            discount=cfg.discount,
+            target_update_interval=cfg.target_model_update_interval,
+            double=cfg.double_dqn,
+        )
         if cfg.uses_snd:
             from common.intrinsic.snd_dqn import SNDVArticle
 
             target, predictor = spec.make_intrinsic_networks(cfg, self.obs_shape[0])
-            self.intrinsic = SNDVArticle(target, predictor, lr=cfg.snd_lr or cfg.lr, noise=cfg.snd_noise,
-                                         distill_pairing=cfg.snd_distill_pairing, seed=cfg.seed + 1)
+            self.intrinsic = SNDVArticle(
+                target,
+                predictor,
+                lr=cfg.snd_lr or cfg.lr,
+                noise=cfg.snd_noise,
+                distill_pairing=cfg.snd_distill_pairing,
+                seed=cfg.seed + 1,
+            )
         else:
             self.intrinsic = NoIntrinsic()
         self.memory = ReplayMemory(cfg.memory_capacity, self.obs_shape[1:], self.obs_shape[0])
-        self.epsilon = LinearSchedule(cfg.epsilon, None if cfg.epsilon_initial < 0 else cfg.epsilon_initial,
-                                      cfg.epsilon_decay_steps)
+        self.epsilon = LinearSchedule(
+            cfg.epsilon, None if cfg.epsilon_initial < 0 else cfg.epsilon_initial, cfg.epsilon_decay_steps
+        )
 
         self.env_steps = 0
         self.episodes = 0
@@ -307,8 +399,9 @@ class DQNTrainer:
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game, agent or network."""
         state = load_checkpoint(path)
-        check_compatible(state, self.spec.name, {"agent": self.cfg.agent,
-                                                 "policy": self.learner.q_net.state_dict()}, path)
+        check_compatible(
+            state, self.spec.name, {"agent": self.cfg.agent, "policy": self.learner.q_net.state_dict()}, path
+        )
         try:
             self.learner.set_state_dict({"q_net": state["policy"], **state["learner"]})
             self.intrinsic.set_state_dict(state["intrinsic"])
@@ -334,8 +427,11 @@ class DQNTrainer:
         if self._stop_signal is not None:
             raise KeyboardInterrupt
         self._stop_signal = signum
-        print(f"\n{signal.Signals(signum).name} received: finishing this step and saving a checkpoint "
-              "(press Ctrl-C again to abort without saving)", flush=True)
+        print(
+            f"\n{signal.Signals(signum).name} received: finishing this step and saving a checkpoint "
+            "(press Ctrl-C again to abort without saving)",
+            flush=True,
+        )
 
     def _threads(self) -> int:
         return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
@@ -375,19 +471,26 @@ class DQNTrainer:
         return losses
 
     def _learn(self, batch: dict) -> dict:
-        out = self.learner.learn(batch["obs"], batch["actions"], batch["rewards"], batch["terminals"],
-                                 batch["next_obs"])
+        out = self.learner.learn(
+            batch["obs"], batch["actions"], batch["rewards"], batch["terminals"], batch["next_obs"]
+        )
         if np.isfinite(out["q"]):
             self.nan_streak = 0
         else:
             self.nan_streak += 1
             self.nan_total += 1
-            warnings.warn(f"train step {self.train_count + 1}: non-finite Q loss, update skipped "
-                          f"({self.nan_streak} in a row, {self.nan_total} in total)", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"train step {self.train_count + 1}: non-finite Q loss, update skipped "
+                f"({self.nan_streak} in a row, {self.nan_total} in total)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             if self.nan_streak >= self.cfg.max_nan_updates:
                 where = self.last_checkpoint or "none was written yet"
-                raise NonFiniteLossError(f"{self.nan_streak} consecutive train steps had a NaN/inf loss; stopping. "
-                                         f"Last good checkpoint: {where}. Try a lower --lr.")
+                raise NonFiniteLossError(
+                    f"{self.nan_streak} consecutive train steps had a NaN/inf loss; stopping. "
+                    f"Last good checkpoint: {where}. Try a lower --lr."
+                )
         return out
 
     # ------------------------------------------------------------------ evaluation
@@ -432,13 +535,21 @@ class DQNTrainer:
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
         cfg, lg = self.cfg, self.logger
-        print(f"{self.spec.name}: agent {cfg.agent}, {cfg.train_steps:,} train steps (batch {cfg.batch_size}, "
-              f"warm-up {cfg.memory_warmup_size:,}), epsilon {cfg.epsilon}, run folder {self.run_dir}", flush=True)
+        print(
+            f"{self.spec.name}: agent {cfg.agent}, {cfg.train_steps:,} train steps (batch {cfg.batch_size}, "
+            f"warm-up {cfg.memory_warmup_size:,}), epsilon {cfg.epsilon}, run folder {self.run_dir}",
+            flush=True,
+        )
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.train_steps, initial=min(self.train_count, cfg.train_steps), unit="train step",
-                   dynamic_ncols=True, desc=f"{self.spec.name} {cfg.agent}")
+        bar = tqdm(
+            total=cfg.train_steps,
+            initial=min(self.train_count, cfg.train_steps),
+            unit="train step",
+            dynamic_ncols=True,
+            desc=f"{self.spec.name} {cfg.agent}",
+        )
         stats = _Mean()
         int_rewards = []
         recent = []
@@ -534,9 +645,14 @@ class DQNTrainer:
                 signal.signal(s, h)
             threads.close()
             self.close()
-        result = {"train_steps": self.train_count, "env_steps": self.env_steps, "episodes": self.episodes,
-                  "checkpoint": self.last_checkpoint, "run_dir": self.run_dir,
-                  "stopped_by_signal": self._stop_signal is not None}
+        result = {
+            "train_steps": self.train_count,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "checkpoint": self.last_checkpoint,
+            "run_dir": self.run_dir,
+            "stopped_by_signal": self._stop_signal is not None,
+        }
         if self.last_eval is not None:
             result["eval"] = self.last_eval
         return result

@@ -29,6 +29,7 @@ with its exit code. The process is daemonic, started with SIGINT ignored (Ctrl-C
 the trainer alone) and one math thread, and without the parent's ``__main__`` (spawn
 would re-import the training script).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,6 @@ import time
 import traceback
 
 from common.vec_env import _describe_exitcode, _worker_launch
-
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
 
@@ -93,14 +93,26 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
                 episode_env = env
             rgb, t = [], time.perf_counter()
             try:
-                stacks, ret, steps, info = greedy_episode(policy, episode_env, seed, cfg.max_actions,
-                                                          cfg.max_eval_steps, rgb_frames=rgb)
+                stacks, ret, steps, info = greedy_episode(
+                    policy, episode_env, seed, cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb
+                )
             finally:
                 if record_path:
                     episode_env.close()
-            conn.send(("result", {"stacks": stacks, "return": ret, "length": steps, "info": info,
-                                  "strip": frame_strip(stacks, rgb), "video": record_path,
-                                  "seconds": time.perf_counter() - t}))
+            conn.send(
+                (
+                    "result",
+                    {
+                        "stacks": stacks,
+                        "return": ret,
+                        "length": steps,
+                        "info": info,
+                        "strip": frame_strip(stacks, rgb),
+                        "video": record_path,
+                        "seconds": time.perf_counter() - t,
+                    },
+                )
+            )
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the trainer went away
     except BaseException:  # noqa: BLE001 - every failure must reach the trainer
@@ -122,8 +134,9 @@ class BackgroundEvaluator:
     def __init__(self, module: str, cfg_dict: dict, attr: str = "SPEC"):
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_eval_main, args=(child, module, attr, cfg_dict), daemon=True,
-                                 name=f"eval-{module}")
+        self._proc = ctx.Process(
+            target=_eval_main, args=(child, module, attr, cfg_dict), daemon=True, name=f"eval-{module}"
+        )
         with _worker_launch(hide_main=True):
             self._proc.start()
         child.close()
@@ -169,8 +182,9 @@ class BackgroundEvaluator:
     def _raise_dead(self):
         self._proc.join(timeout=1)
         self.busy = False
-        raise EvalProcessError(f"the evaluation process (pid {self._proc.pid}) died: "
-                               f"{_describe_exitcode(self._proc.exitcode)}")
+        raise EvalProcessError(
+            f"the evaluation process (pid {self._proc.pid}) died: {_describe_exitcode(self._proc.exitcode)}"
+        )
 
     def close(self, cancel: bool = False, timeout: float = 10.0) -> None:
         """End the process: ``cancel`` terminates a running episode, else it is asked to exit after it."""
@@ -209,13 +223,13 @@ class Evaluations:
 
     def __init__(self, spec, cfg, new_intrinsic, stopping=lambda: False):
         self.spec, self.cfg, self._new_intrinsic, self._stopping = spec, cfg, new_intrinsic, stopping
-        self._background = None   # the eval process, started at the first background eval
-        self._policy = None       # in-process: this module's copy of the policy
-        self._env = None          # in-process: the eval env (a recording env is built per episode)
-        self._intrinsic = None    # the module copy that scores an episode's observations
-        self._pending = None      # the snapshot the background process is playing
-        self._done: list = []     # (result, snapshot) ready to be handed out
-        self.seconds = 0.0        # time the training loop spent here (background: hand-over and waiting)
+        self._background = None  # the eval process, started at the first background eval
+        self._policy = None  # in-process: this module's copy of the policy
+        self._env = None  # in-process: the eval env (a recording env is built per episode)
+        self._intrinsic = None  # the module copy that scores an episode's observations
+        self._pending = None  # the snapshot the background process is playing
+        self._done: list = []  # (result, snapshot) ready to be handed out
+        self.seconds = 0.0  # time the training loop spent here (background: hand-over and waiting)
 
     def start(self, snapshot: dict, seed: int, record_path: str | None = None) -> None:
         """Evaluate ``snapshot`` (a copy of ``Trainer.state_dict()``, kept until its result is handed out)."""
@@ -280,13 +294,20 @@ class Evaluations:
             env = self._env
         rgb = []  # a few RGB screens of the episode, for the eval/frames picture
         try:
-            stacks, ret, steps, info = greedy_episode(self._policy, env, seed, cfg.max_actions, cfg.max_eval_steps,
-                                                      rgb_frames=rgb)
+            stacks, ret, steps, info = greedy_episode(
+                self._policy, env, seed, cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb
+            )
         finally:
             if record_path:
                 env.close()
-        return {"stacks": stacks, "return": ret, "length": steps, "info": info, "strip": frame_strip(stacks, rgb),
-                "video": record_path}
+        return {
+            "stacks": stacks,
+            "return": ret,
+            "length": steps,
+            "info": info,
+            "strip": frame_strip(stacks, rgb),
+            "video": record_path,
+        }
 
     def _intrinsic_reward(self, stacks, snapshot: dict) -> float:
         """Summed intrinsic reward of the episode's s_1 .. s_L under the snapshot's module, in one pass."""
@@ -321,8 +342,9 @@ def spec_module(spec) -> str:
             if best is None or len(parts) > len(best):
                 best = parts
     if best is None:
-        raise RuntimeError(f"cannot find an importable module name for {main.__file__}; "
-                           "run with --no-eval-in-background")
+        raise RuntimeError(
+            f"cannot find an importable module name for {main.__file__}; run with --no-eval-in-background"
+        )
     return ".".join(best)
 
 

@@ -5,6 +5,7 @@ about games. Env factories must be picklable (module-level functions or
 ``functools.partial``) because environments live in worker processes, and
 environment modules never import Paddle.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

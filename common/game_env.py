@@ -7,6 +7,7 @@ recorder of the raw RGB frames, idempotent ``close()`` and the context manager.
 A game implements ``reset``/``step`` with ``_begin_reset``/``_begin_step`` at their
 start and ``_close_backend`` to release its emulator.
 """
+
 from __future__ import annotations
 
 import numpy as np

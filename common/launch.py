@@ -5,6 +5,7 @@ state of the last completed update is saved and named); 2 for a bad flag (argpar
 convention, also for an unusable ``--log-path``); 130 / 143 after SIGINT / SIGTERM (a
 checkpoint is saved first), so scripts can tell.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ structured tags group the rest by prefix (``charts/``, ``losses/``,
 to ``metrics.jsonl`` in the run folder so notebooks and benchmarks can plot curves
 with matplotlib without parsing VisualDL's binary records.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -140,8 +141,11 @@ class Logger:
 
     def hparams(self, hparams: dict, metrics: list) -> None:
         # VisualDL's protobuf rejects bools as ints: record them as strings.
-        clean = {k: (str(v) if isinstance(v, bool) else v) for k, v in hparams.items()
-                 if isinstance(v, (int, float, str, bool))}
+        clean = {
+            k: (str(v) if isinstance(v, bool) else v)
+            for k, v in hparams.items()
+            if isinstance(v, (int, float, str, bool))
+        }
         self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
 
     def flush(self) -> None:
@@ -173,9 +177,21 @@ class RunLog:
         self.visited: set = set()
         self._restarts_reported = 0
 
-    def update(self, update: int, step: int, buf, losses: dict | None, raw_int, *, gate_share=None,
-               int_return_std: float = 0.0, nonfinite: int = 0, restart_log=(), seconds=(0.0, 0.0),
-               episodes=()) -> list[str]:
+    def update(
+        self,
+        update: int,
+        step: int,
+        buf,
+        losses: dict | None,
+        raw_int,
+        *,
+        gate_share=None,
+        int_return_std: float = 0.0,
+        nonfinite: int = 0,
+        restart_log=(),
+        seconds=(0.0, 0.0),
+        episodes=(),
+    ) -> list[str]:
         """Scalars of one update (the tutorial's tags at ``update``, the rest at ``step``) and its
         finished episodes; returns the lines worth printing (env worker restarts)."""
         lg, cfg = self.lg, self.cfg
@@ -201,7 +217,7 @@ class RunLog:
         notes = []
         if restart_log:
             lg.scalar(WORKER_RESTARTS, len(restart_log), step)
-            notes = [f"env worker replaced ({line})" for line in restart_log[self._restarts_reported:]]
+            notes = [f"env worker replaced ({line})" for line in restart_log[self._restarts_reported :]]
             self._restarts_reported = len(restart_log)
         t_collect, t_update = seconds
         lg.scalar(COLLECT_SECONDS, t_collect, step)
@@ -244,8 +260,12 @@ class RunLog:
         pick = rng.choice(len(keys), size=min(256, len(keys)), replace=False)
         # s_{t+1} of step t; the true terminal frame where the episode ended (the info's state)
         obs = np.stack([buf.terminal_obs.get(keys[k], buf.obs[keys[k][0] + 1, keys[k][1]]) for k in pick])
-        self.lg.embeddings(f"{EMBEDDING}/update_{update:06d}", features(obs), [meta[keys[k]] for k in pick],
-                           list(self.spec.embedding_header))
+        self.lg.embeddings(
+            f"{EMBEDDING}/update_{update:06d}",
+            features(obs),
+            [meta[keys[k]] for k in pick],
+            list(self.spec.embedding_header),
+        )
 
     def progress(self, update: int, losses: dict | None) -> str:
         """The progress bar's text: update, speed, recent episode metrics, loss."""
@@ -282,8 +302,9 @@ def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             if all(not rest.strip() for rest in lines[n:]):
-                warnings.warn(f"{path}: skipped the truncated last line {n} ({line[:60]!r})", RuntimeWarning,
-                              stacklevel=2)
+                warnings.warn(
+                    f"{path}: skipped the truncated last line {n} ({line[:60]!r})", RuntimeWarning, stacklevel=2
+                )
                 break
             raise ValueError(f"{path}, line {n}: not a JSON record ({e})") from None
         s, v = out.setdefault(rec["tag"], ([], []))

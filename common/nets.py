@@ -12,6 +12,7 @@ sublayer, so parameter names stay those of the layers' owner).
 A layer that the native engine cannot know (e.g. gridworld's one-hot decoder) may define
 ``forward_numpy(a: np.ndarray) -> np.ndarray`` on NCHW arrays; the engine then calls it.
 """
+
 from __future__ import annotations
 
 import paddle.nn as nn

@@ -5,6 +5,7 @@
 * ``RewardForwardFilter``: the discounted intrinsic return, accumulated along time
   separately for each env; RND divides intrinsic rewards by the running std of it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -78,7 +79,8 @@ class RewardForwardFilter:
         rewems = np.asarray(state["rewems"], np.float64)
         if rewems.shape != self.rewems.shape:
             raise ValueError(
-                f"RewardForwardFilter has {rewems.shape[0]} envs in the checkpoint, this run has {self.rewems.shape[0]}")
+                f"RewardForwardFilter has {rewems.shape[0]} envs in the checkpoint, this run has {self.rewems.shape[0]}"
+            )
         self.gamma, self.rewems = float(state["gamma"]), rewems
 
 
@@ -105,8 +107,9 @@ class FirstVisitGate:
     def _key(frame: np.ndarray) -> int:
         return hash(frame.tobytes())
 
-    def gate_rollout(self, first_obs: np.ndarray, next_obs: np.ndarray, reset_obs: np.ndarray,
-                     dones: np.ndarray) -> np.ndarray:
+    def gate_rollout(
+        self, first_obs: np.ndarray, next_obs: np.ndarray, reset_obs: np.ndarray, dones: np.ndarray
+    ) -> np.ndarray:
         """Gate values float32[T, N] for one rollout.
 
         Args:

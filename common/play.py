@@ -5,6 +5,7 @@ checkpoint, plays one greedy episode (argmax of the policy, stopped after
 ``--max-actions`` repeats of one action, as in the tutorial's evaluation), writes
 the emulator's RGB frames to an mp4 and prints the result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,13 @@ RGB_KEEP = 8  # moments shown in the eval/frames image
 STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
 
 
-def frame_strip(stacks: np.ndarray, rgb_frames: list | None = None, num: int = RGB_KEEP,
-                max_height: int = 160, rows: int = STRIP_ROWS) -> np.ndarray:
+def frame_strip(
+    stacks: np.ndarray,
+    rgb_frames: list | None = None,
+    num: int = RGB_KEEP,
+    max_height: int = 160,
+    rows: int = STRIP_ROWS,
+) -> np.ndarray:
     """``num`` moments of an episode in a grid of ``rows`` rows, read left to right then top to bottom.
 
     Uses the emulator's RGB screens from ``greedy_episode(..., rgb_frames=...)`` when there
@@ -82,11 +88,12 @@ def frame_strip(stacks: np.ndarray, rgb_frames: list | None = None, num: int = R
     cols = min(-(-num // rows), len(frames))
     used_rows = -(-len(frames) // cols)
     (h, w), gap = frames[0].shape[:2], 2
-    grid = np.full((used_rows * h + (used_rows - 1) * gap, cols * w + (cols - 1) * gap) + frames[0].shape[2:],
-                   255, np.uint8)
+    grid = np.full(
+        (used_rows * h + (used_rows - 1) * gap, cols * w + (cols - 1) * gap) + frames[0].shape[2:], 255, np.uint8
+    )
     for k, f in enumerate(frames):
         r, c = divmod(k, cols)
-        grid[r * (h + gap):r * (h + gap) + h, c * (w + gap):c * (w + gap) + w] = f
+        grid[r * (h + gap) : r * (h + gap) + h, c * (w + gap) : c * (w + gap) + w] = f
     return grid
 
 
@@ -98,9 +105,15 @@ def play(spec, argv=None) -> dict:
     p = argparse.ArgumentParser(description=f"Play {spec.name} greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
     p.add_argument("--output", default="", help="mp4 path (default: next to the checkpoint, <name>.mp4)")
-    p.add_argument("--max-actions", type=int, default=None, help="stop when one action repeats this often "
-                                                                  "(default: the run's --max-actions)")
-    p.add_argument("--max-steps", type=int, default=None, help="cap on agent steps (default: the run's --max-eval-steps)")
+    p.add_argument(
+        "--max-actions",
+        type=int,
+        default=None,
+        help="stop when one action repeats this often (default: the run's --max-actions)",
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="cap on agent steps (default: the run's --max-eval-steps)"
+    )
     p.add_argument("--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the policy runs")
     args = p.parse_args(argv)
@@ -121,11 +134,14 @@ def play(spec, argv=None) -> dict:
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     env = spec.env_factory(cfg, output)()
     try:
-        _, ret, steps, info = greedy_episode(policy, env, args.seed, args.max_actions or cfg.max_actions,
-                                             args.max_steps or cfg.max_eval_steps)
+        _, ret, steps, info = greedy_episode(
+            policy, env, args.seed, args.max_actions or cfg.max_actions, args.max_steps or cfg.max_eval_steps
+        )
     finally:
         env.close()
     result = {"return": float(ret), "steps": steps, "video": output, **spec.episode_metrics(info)}
-    print(f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): " + ", ".join(
-        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()))
+    print(
+        f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): "
+        + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+    )
     return result

@@ -2,13 +2,15 @@
 
 This module owns the loss and the optimizer step only; acting (sampling actions,
 values for bootstrapping) is ``common.actor.Actor``'s. The policy network contract:
-``policy(x)`` with x float32[B, C, H, W] in [0, 1] returns ``(logits float32[B, A], v_ext float32[B], v_int float32[B])``.
+``policy(x)`` with x float32[B, C, H, W] in [0, 1] returns
+``(logits float32[B, A], v_ext float32[B], v_int float32[B])``.
 
 Log-probabilities use ``log_softmax`` + ``take_along_axis``: on Paddle 3,
 ``paddle.distribution.Categorical`` treats its input as probabilities in
 ``log_prob`` but as logits in ``sample``/``entropy``, and returns [N, N] for a
 vector of actions (the tutorial's tril/triu trick took the diagonal of that).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +39,17 @@ class PPO:
         norm_adv: standardize the advantages of each minibatch (CleanRL's PPO); off by default.
     """
 
-    def __init__(self, policy: nn.Layer, lr: float, epsilon: float, beta: float, vf_coef: float,
-                 max_grad_norm: float, value_loss: str = "smooth_l1", norm_adv: bool = False):
+    def __init__(
+        self,
+        policy: nn.Layer,
+        lr: float,
+        epsilon: float,
+        beta: float,
+        vf_coef: float,
+        max_grad_norm: float,
+        value_loss: str = "smooth_l1",
+        norm_adv: bool = False,
+    ):
         if value_loss not in ("smooth_l1", "mse"):
             raise ValueError(f"value_loss must be 'smooth_l1' or 'mse', got {value_loss!r}")
         self.policy = policy
@@ -50,8 +61,10 @@ class PPO:
     def reset_optimizer(self) -> None:
         """A fresh Adam (no moments): the optimizer as it was before the first step."""
         self.optimizer = paddle.optimizer.Adam(
-            learning_rate=self.lr, parameters=self.policy.parameters(),
-            grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
+            learning_rate=self.lr,
+            parameters=self.policy.parameters(),
+            grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm),
+        )
 
     def _value_loss(self, v, ret):
         if self.value_loss == "smooth_l1":
@@ -70,14 +83,20 @@ class PPO:
         ratio = paddle.exp(logp - paddle.to_tensor(batch["log_probs"]))
         surrogate = paddle.minimum(ratio * adv, paddle.clip(ratio, 1.0 - self.epsilon, 1.0 + self.epsilon) * adv)
         actor_loss = -surrogate.mean()
-        critic_loss = (self._value_loss(v_ext, paddle.to_tensor(batch["ret_ext"]))
-                       + self._value_loss(v_int, paddle.to_tensor(batch["ret_int"])))
+        critic_loss = self._value_loss(v_ext, paddle.to_tensor(batch["ret_ext"])) + self._value_loss(
+            v_int, paddle.to_tensor(batch["ret_int"])
+        )
         entropy = entropy.mean()
         total = actor_loss + self.vf_coef * critic_loss - self.beta * entropy
         approx_kl = ((ratio - 1.0) - paddle.log(ratio)).mean()  # k3 estimator, always >= 0
         clipfrac = ((ratio - 1.0).abs() > self.epsilon).astype("float32").mean()
-        return total, {"actor": actor_loss, "critic": critic_loss, "entropy": entropy,
-                       "approx_kl": approx_kl, "clipfrac": clipfrac}
+        return total, {
+            "actor": actor_loss,
+            "critic": critic_loss,
+            "entropy": entropy,
+            "approx_kl": approx_kl,
+            "clipfrac": clipfrac,
+        }
 
     def step(self, batch: dict):
         """One gradient step; returns a dict of floats, or None when the loss is not finite (skipped)."""

@@ -32,6 +32,7 @@ memory and waits for ``memory_warmup_size`` transitions again).
 
 numpy only (no Paddle): environment-side code may import it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,7 @@ class ReplayMemory:
         self.stack = int(stack)
         self.frame_shape = tuple(int(s) for s in frame_shape)
         self.frames = np.zeros((self.capacity, *self.frame_shape), np.uint8)
-        self.actions = np.full(self.capacity, -1, np.int64)    # -1: no transition from this entry
+        self.actions = np.full(self.capacity, -1, np.int64)  # -1: no transition from this entry
         self.rewards = np.zeros(self.capacity, np.float32)
         self.terminals = np.zeros(self.capacity, bool)
         self.firsts = np.zeros(self.capacity, bool)
@@ -128,10 +129,10 @@ class ReplayMemory:
         Positions before the episode's first entry are zero frames.
         """
         indices = np.asarray(indices, np.int64)
-        offsets = np.arange(self.stack - 1, -1, -1)                   # oldest position first
-        absolute = indices[:, None] - offsets[None, :]                # [B, S]
+        offsets = np.arange(self.stack - 1, -1, -1)  # oldest position first
+        absolute = indices[:, None] - offsets[None, :]  # [B, S]
         pos = absolute % self.capacity
-        out = self.frames[pos]                                        # [B, S, H, W] (a copy)
+        out = self.frames[pos]  # [B, S, H, W] (a copy)
         # a position is cut when an episode starts after it within the window: first[k - j + 1 .. k]
         first = self.firsts[pos] & (absolute >= 0)
         # started_after[b, s] = any(first[b, s+1:])
@@ -153,9 +154,14 @@ class ReplayMemory:
             raise ValueError(f"cannot sample {batch_size} transitions from a memory holding {len(valid)}")
         idx = np.sort(rng.choice(valid, size=batch_size, replace=False))
         pos = idx % self.capacity
-        return {"obs": self.stacks(idx), "actions": self.actions[pos].copy(), "rewards": self.rewards[pos].copy(),
-                "terminals": self.terminals[pos].astype(np.float32), "next_obs": self.stacks(idx + 1),
-                "indices": idx}
+        return {
+            "obs": self.stacks(idx),
+            "actions": self.actions[pos].copy(),
+            "rewards": self.rewards[pos].copy(),
+            "terminals": self.terminals[pos].astype(np.float32),
+            "next_obs": self.stacks(idx + 1),
+            "indices": idx,
+        }
 
     def sample_states(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` distinct stored observations (episode starts and terminal frames included),
@@ -174,9 +180,17 @@ class ReplayMemory:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything, as numpy arrays and ints (what a checkpoint may hold)."""
-        return {"capacity": self.capacity, "stack": self.stack, "frame_shape": list(self.frame_shape),
-                "written": int(self.written), "frames": self.frames, "actions": self.actions,
-                "rewards": self.rewards, "terminals": self.terminals, "firsts": self.firsts}
+        return {
+            "capacity": self.capacity,
+            "stack": self.stack,
+            "frame_shape": list(self.frame_shape),
+            "written": int(self.written),
+            "frames": self.frames,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminals": self.terminals,
+            "firsts": self.firsts,
+        }
 
     def set_state_dict(self, state: dict) -> None:
         got = (int(state["capacity"]), int(state["stack"]), tuple(int(s) for s in state["frame_shape"]))

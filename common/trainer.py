@@ -12,6 +12,7 @@ saves the state of the last completed update and names the file. Ctrl-C / SIGTER
 finish the current step, save a checkpoint and close the workers; a second Ctrl-C
 aborts at once.
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,8 +35,16 @@ from common import cpu  # noqa: E402
 from common import logger as tags  # noqa: E402
 from common.actor import Actor  # noqa: E402
 from common.buffer import RolloutBuffer  # noqa: E402
-from common.checkpoint import (CheckpointError, check_compatible, copy_state, load_checkpoint,  # noqa: E402
-                               nonfinite_tensors, optimizer_state, save_checkpoint, set_optimizer_state)
+from common.checkpoint import (  # noqa: E402
+    CheckpointError,
+    check_compatible,
+    copy_state,
+    load_checkpoint,
+    nonfinite_tensors,
+    optimizer_state,
+    save_checkpoint,
+    set_optimizer_state,
+)
 from common.evaluation import Evaluations  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.logger import Logger, RunLog  # noqa: E402
@@ -44,8 +53,20 @@ from common.ppo import PPO  # noqa: E402
 from common.vec_env import Pipeline, make_vec_env  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
-CHECKPOINT_KEYS = ("game", "config", "intrinsic_name", "update", "global_step", "policy", "optimizer", "intrinsic",
-                   "int_filter", "int_rms", "rng", "obs_norm_ready")
+CHECKPOINT_KEYS = (
+    "game",
+    "config",
+    "intrinsic_name",
+    "update",
+    "global_step",
+    "policy",
+    "optimizer",
+    "intrinsic",
+    "int_filter",
+    "int_rms",
+    "rng",
+    "obs_norm_ready",
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -82,32 +103,45 @@ class Trainer:
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         self.policy = spec.make_policy(cfg, self.obs_shape, self.num_actions)
-        self.ppo = PPO(self.policy, lr=cfg.lr, epsilon=cfg.epsilon, beta=cfg.beta, vf_coef=cfg.vf_coef,
-                       max_grad_norm=cfg.max_grad_norm, value_loss=cfg.value_loss, norm_adv=cfg.norm_adv)
-        engine = cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs) \
-            if cfg.device == "cpu" else None
+        self.ppo = PPO(
+            self.policy,
+            lr=cfg.lr,
+            epsilon=cfg.epsilon,
+            beta=cfg.beta,
+            vf_coef=cfg.vf_coef,
+            max_grad_norm=cfg.max_grad_norm,
+            value_loss=cfg.value_loss,
+            norm_adv=cfg.norm_adv,
+        )
+        engine = (
+            cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs)
+            if cfg.device == "cpu"
+            else None
+        )
         self.actor = Actor(self.policy, engine)
         self.intrinsic = self._new_intrinsic()
-        self.int_scale = IntrinsicRewardScale(cfg.int_gamma, cfg.num_envs,
-                                              first_visit=cfg.int_first_visit and cfg.intrinsic != "none")
+        self.int_scale = IntrinsicRewardScale(
+            cfg.int_gamma, cfg.num_envs, first_visit=cfg.int_first_visit and cfg.intrinsic != "none"
+        )
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self._stop_signal is not None)
 
-        self.update = 0          # completed updates
-        self.global_step = 0     # agent steps over all envs
+        self.update = 0  # completed updates
+        self.global_step = 0  # agent steps over all envs
         self.obs_norm_ready = cfg.intrinsic == "none"
         self.nan_streak = 0
         self.nan_total = 0
         self.last_checkpoint = ""
         self.saved_update = -1
-        self.last_eval = None    # the latest logged eval result
-        self._visited = []       # restored from a checkpoint until the run log exists
+        self.last_eval = None  # the latest logged eval result
+        self._visited = []  # restored from a checkpoint until the run log exists
         self._stop_signal = None
-        self._side = None        # thread for the intrinsic module's update step (see learn)
+        self._side = None  # thread for the intrinsic module's update step (see learn)
         if cfg.resume:
             self.load(cfg.resume)
-        make_folder(self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path else
-                                       ("--log-path", cfg.log_path)))
+        make_folder(
+            self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path))
+        )
         make_folder(self.run_dir, "--log-path", cfg.log_path)
         cfg.to_json(os.path.join(self.run_dir, "config.json"))
         self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
@@ -118,11 +152,19 @@ class Trainer:
         """The run's intrinsic module (also the eval's copy that scores an episode)."""
         cfg, spec = self.cfg, self.spec
         return make_intrinsic(
-            cfg.intrinsic, lambda c: spec.make_intrinsic_networks(cfg, c), self.obs_shape, cfg.intrinsic_frames,
-            lr=cfg.intrinsic_lr or cfg.lr, update_proportion=cfg.update_proportion,
-            max_grad_norm=cfg.max_grad_norm, seed=cfg.seed + 1, max_pairs=cfg.snd_max_pairs,
-            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr, target_proportion=cfg.target_proportion,
-            value_max=spec.obs_value_max)
+            cfg.intrinsic,
+            lambda c: spec.make_intrinsic_networks(cfg, c),
+            self.obs_shape,
+            cfg.intrinsic_frames,
+            lr=cfg.intrinsic_lr or cfg.lr,
+            update_proportion=cfg.update_proportion,
+            max_grad_norm=cfg.max_grad_norm,
+            seed=cfg.seed + 1,
+            max_pairs=cfg.snd_max_pairs,
+            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr,
+            target_proportion=cfg.target_proportion,
+            value_max=spec.obs_value_max,
+        )
 
     def _default_run_name(self) -> str:
         c = self.cfg
@@ -144,8 +186,11 @@ class Trainer:
     def learned_state(self) -> dict:
         """What an update changes: policy, its optimizer, the intrinsic module (networks, optimizers,
         normalizer, sampler state)."""
-        return {"policy": self.policy.state_dict(), "optimizer": optimizer_state(self.ppo.optimizer),
-                "intrinsic": self.intrinsic.state_dict()}
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": optimizer_state(self.ppo.optimizer),
+            "intrinsic": self.intrinsic.state_dict(),
+        }
 
     def set_learned_state(self, state: dict) -> None:
         """Restore ``learned_state``'s parts (from a checkpoint or a snapshot)."""
@@ -159,18 +204,25 @@ class Trainer:
 
     def state_dict(self) -> dict:
         return {
-            "game": self.spec.name, "config": self.cfg.to_dict(), "intrinsic_name": self.cfg.intrinsic,
-            "update": self.update, "global_step": self.global_step, **self.learned_state(),
+            "game": self.spec.name,
+            "config": self.cfg.to_dict(),
+            "intrinsic_name": self.cfg.intrinsic,
+            "update": self.update,
+            "global_step": self.global_step,
+            **self.learned_state(),
             **self.int_scale.state_dict(),
-            "rng": self.rng.bit_generator.state, "obs_norm_ready": self.obs_norm_ready,
-            "nan_total": self.nan_total, "visited": sorted(self.log.visited) if hasattr(self, "log") else [],
+            "rng": self.rng.bit_generator.state,
+            "obs_norm_ready": self.obs_norm_ready,
+            "nan_total": self.nan_total,
+            "visited": sorted(self.log.visited) if hasattr(self, "log") else [],
         }
 
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game or network."""
         state = load_checkpoint(path, required=CHECKPOINT_KEYS)
-        check_compatible(state, self.spec.name, {"policy": self.policy.state_dict(),
-                                                 "intrinsic_name": self.cfg.intrinsic}, path)
+        check_compatible(
+            state, self.spec.name, {"policy": self.policy.state_dict(), "intrinsic_name": self.cfg.intrinsic}, path
+        )
         try:
             self.set_learned_state(state)
             self.int_scale.set_state_dict(state)
@@ -199,8 +251,11 @@ class Trainer:
         if self._stop_signal is not None:  # second Ctrl-C: give up at once
             raise KeyboardInterrupt
         self._stop_signal = signum
-        print(f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
-              "(press Ctrl-C again to abort without saving)", flush=True)
+        print(
+            f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
+            "(press Ctrl-C again to abort without saving)",
+            flush=True,
+        )
 
     def _cpu_threads(self) -> int:
         """Threads for the networks: ``num_threads`` (0 = one per core) on CPU, 1 on GPU."""
@@ -324,13 +379,18 @@ class Trainer:
         """Count a rolled-back update; stop after ``max_nan_updates`` of them in a row."""
         self.nan_streak += 1
         self.nan_total += 1
-        warnings.warn(f"update {self.update + 1}: non-finite loss or weights, update rolled back "
-                      f"({self.nan_streak} in a row, {self.nan_total} in total)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"update {self.update + 1}: non-finite loss or weights, update rolled back "
+            f"({self.nan_streak} in a row, {self.nan_total} in total)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         self.logger.scalar(tags.NAN_UPDATES, self.nan_total, self.global_step + self.cfg.rollout_size)
         if self.nan_streak >= self.cfg.max_nan_updates:
             raise NonFiniteLossError(
                 f"{self.nan_streak} consecutive updates had a NaN/inf loss or weights (each rolled back); stopping. "
-                "Try a lower --lr or check the rewards.")
+                "Try a lower --lr or check the rewards."
+            )
 
     # ------------------------------------------------------------------ evaluation
     def _start_eval(self) -> None:
@@ -354,11 +414,18 @@ class Trainer:
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
         cfg = self.cfg
-        print(f"{self.spec.name}: {cfg.num_updates} updates of {cfg.rollout_size} steps "
-              f"({cfg.num_envs} envs x {cfg.num_local_steps}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}")
+        print(
+            f"{self.spec.name}: {cfg.num_updates} updates of {cfg.rollout_size} steps "
+            f"({cfg.num_envs} envs x {cfg.num_local_steps}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
+        )
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        bar = tqdm(total=cfg.num_updates * cfg.rollout_size, initial=self.global_step, unit="step",
-                   dynamic_ncols=True, desc=self.spec.name)
+        bar = tqdm(
+            total=cfg.num_updates * cfg.rollout_size,
+            initial=self.global_step,
+            unit="step",
+            dynamic_ncols=True,
+            desc=self.spec.name,
+        )
         try:
             self.envs = self._make_envs()
             obs = self.envs.reset()
@@ -376,21 +443,32 @@ class Trainer:
                 last_ext, last_int = self.actor.values(obs)
                 with self.math_threads():
                     raw_int = self.intrinsic_rewards()
-                self.buffer.compute_returns_and_advantages(last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma,
-                                                           cfg.ext_coef, cfg.int_coef)
+                self.buffer.compute_returns_and_advantages(
+                    last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef
+                )
                 t1 = time.perf_counter()
                 losses = self._update(snapshot)
                 t2 = time.perf_counter()
                 self.update += 1
                 self.global_step += cfg.rollout_size
                 for note in self.log.update(
-                        self.update, self.global_step, self.buffer, losses, raw_int, gate_share=self.int_scale.gate_share,
-                        int_return_std=self.int_scale.return_std, nonfinite=self.nan_total,
-                        restart_log=getattr(self.envs, "restart_log", ()), seconds=(t1 - t0, t2 - t1),
-                        episodes=episodes):
+                    self.update,
+                    self.global_step,
+                    self.buffer,
+                    losses,
+                    raw_int,
+                    gate_share=self.int_scale.gate_share,
+                    int_return_std=self.int_scale.return_std,
+                    nonfinite=self.nan_total,
+                    restart_log=getattr(self.envs, "restart_log", ()),
+                    seconds=(t1 - t0, t2 - t1),
+                    episodes=episodes,
+                ):
                     tqdm.write(note)
                 if embed and cfg.intrinsic != "none":
-                    self.log.embeddings(self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng)
+                    self.log.embeddings(
+                        self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng
+                    )
                 if cfg.eval_interval and self.update % cfg.eval_interval == 0:
                     self._start_eval()
                 if cfg.save_interval and self.update % cfg.save_interval == 0:
@@ -415,8 +493,13 @@ class Trainer:
                 signal.signal(s, h)
             self.close()
         result = {"eval": self.last_eval} if self.last_eval is not None else {}
-        result.update(update=self.update, global_step=self.global_step, checkpoint=self.last_checkpoint,
-                      run_dir=self.run_dir, stopped_by_signal=self._stop_signal is not None)
+        result.update(
+            update=self.update,
+            global_step=self.global_step,
+            checkpoint=self.last_checkpoint,
+            run_dir=self.run_dir,
+            stopped_by_signal=self._stop_signal is not None,
+        )
         return result
 
     def _stopped_by(self, error: Exception) -> Exception:
@@ -432,8 +515,9 @@ class Trainer:
             return RunStoppedError(f"{what}\n\nThe state of update {self.update} could not be saved either: {why}")
         if isinstance(error, NonFiniteLossError):
             return NonFiniteLossError(f"{error} Last good checkpoint: {path} (update {self.update}).")
-        return RunStoppedError(f"{what}\n\nThe state of update {self.update} was saved to {path}; "
-                               f"continue with --resume {path}", path)
+        return RunStoppedError(
+            f"{what}\n\nThe state of update {self.update} was saved to {path}; continue with --resume {path}", path
+        )
 
     def close(self):
         if self._side is not None:

@@ -14,7 +14,8 @@ two halves for a subprocess one)::
     obs_g, rewards_g, dones_g, infos_g = venv.step_wait(start, stop)
 
 While one group steps in its worker, the caller can compute another group's actions:
-:class:`Pipeline` does this scheduling for a policy (``Trainer.collect`` uses it). Groups of one worker are answered in the order they were sent.
+:class:`Pipeline` does this scheduling for a policy (``Trainer.collect`` uses it). Groups of
+one worker are answered in the order they were sent.
 
 Contract (shared by :class:`InProcessVecEnv` and :class:`SubprocVecEnv`):
 
@@ -65,6 +66,7 @@ Design of :class:`SubprocVecEnv` (measured in ``benchmarks/env_throughput.py``):
 
 This module never imports Paddle.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -113,8 +115,9 @@ class EnvWorkerError(RuntimeError):
         worker_index: index of the worker process (``None`` for in-process envs).
     """
 
-    def __init__(self, message: str, env_index: int | None = None,
-                 worker_traceback: str = "", worker_index: int | None = None):
+    def __init__(
+        self, message: str, env_index: int | None = None, worker_traceback: str = "", worker_index: int | None = None
+    ):
         super().__init__(message)
         self.env_index = env_index
         self.worker_traceback = worker_traceback
@@ -182,8 +185,10 @@ class _EnvGroup:
         spaces = [_env_spaces(env) for env in self.envs]
         if len(set(spaces)) > 1:
             self.close()
-            raise ValueError(f"envs {first_index}..{first_index + len(self.envs) - 1} differ in "
-                             f"(observation_shape, num_actions): {spaces}")
+            raise ValueError(
+                f"envs {first_index}..{first_index + len(self.envs) - 1} differ in "
+                f"(observation_shape, num_actions): {spaces}"
+            )
         self.observation_shape, self.num_actions = spaces[0]
         n = len(self.envs)
         self._seeded = [False] * n
@@ -195,9 +200,10 @@ class _EnvGroup:
 
     def _check(self, j: int, obs: Any, phase: str) -> np.ndarray:
         if not isinstance(obs, np.ndarray) or obs.dtype != np.uint8 or obs.shape != self.observation_shape:
-            desc = (f"{type(obs).__name__} {getattr(obs, 'dtype', '')} {getattr(obs, 'shape', '')}")
-            raise TypeError(f"{phase} returned {desc}; the VecEnv contract needs a uint8 array "
-                            f"of shape {self.observation_shape}")
+            desc = f"{type(obs).__name__} {getattr(obs, 'dtype', '')} {getattr(obs, 'shape', '')}"
+            raise TypeError(
+                f"{phase} returned {desc}; the VecEnv contract needs a uint8 array of shape {self.observation_shape}"
+            )
         return obs
 
     def _reset_one(self, j: int) -> np.ndarray:
@@ -218,8 +224,9 @@ class _EnvGroup:
             except Exception:
                 raise _EnvFailure(self.first_index + j, "reset", traceback.format_exc()) from None
 
-    def step(self, actions: Sequence[int], out: np.ndarray, lo: int = 0,
-             hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    def step(
+        self, actions: Sequence[int], out: np.ndarray, lo: int = 0, hi: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
         """Step envs ``lo..hi-1`` of this group (all by default) with ``actions`` (one each); their
         observations go to ``out[lo:hi]``."""
         hi = len(self.envs) if hi is None else hi
@@ -324,8 +331,10 @@ class VecEnv:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_envs={self.num_envs}, "
-                f"observation_shape={self.observation_shape}, num_actions={self.num_actions})")
+        return (
+            f"{type(self).__name__}(num_envs={self.num_envs}, "
+            f"observation_shape={self.observation_shape}, num_actions={self.num_actions})"
+        )
 
 
 class InProcessVecEnv(VecEnv):
@@ -341,8 +350,9 @@ class InProcessVecEnv(VecEnv):
             self._envs = _EnvGroup(env_fns, 0, seed)
         except _EnvFailure as f:
             self._closed = True
-            raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
-                                 f.env_index, f.tb) from None
+            raise EnvWorkerError(
+                _failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb
+            ) from None
         self.observation_shape = self._envs.observation_shape
         self.num_actions = self._envs.num_actions
         self._obs = np.zeros((self.num_envs, *self.observation_shape), dtype=np.uint8)
@@ -358,8 +368,9 @@ class InProcessVecEnv(VecEnv):
         try:
             self._envs.reset(self._obs)
         except _EnvFailure as f:
-            raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
-                                 f.env_index, f.tb) from None
+            raise EnvWorkerError(
+                _failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb
+            ) from None
         return self._obs.copy()
 
     def step_async(self, actions, start: int, stop: int) -> None:
@@ -378,8 +389,9 @@ class InProcessVecEnv(VecEnv):
         try:
             rewards, dones, infos = self._envs.step(a, self._obs)
         except _EnvFailure as f:
-            raise EnvWorkerError(_failure_message(f.env_index, f.phase, "in-process", f.tb),
-                                 f.env_index, f.tb) from None
+            raise EnvWorkerError(
+                _failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb
+            ) from None
         return self._obs.copy(), rewards, dones, infos
 
     def close(self) -> None:
@@ -446,8 +458,9 @@ def _worker_launch(hide_main: bool):
                 os.environ[k] = v
 
 
-def _worker_main(conn, worker_index: int, first_index: int, payload: bytes,
-                 seed: int | None, inherited_parent_end=None) -> None:
+def _worker_main(
+    conn, worker_index: int, first_index: int, payload: bytes, seed: int | None, inherited_parent_end=None
+) -> None:
     """Entry point of a worker process hosting envs first_index .. first_index+len-1."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -489,6 +502,7 @@ def _worker_main(conn, worker_index: int, first_index: int, payload: bytes,
                     conn.send(("ok", None if shm is not None else obs_buf, None, None, None))
                 elif cmd == "shm":
                     from multiprocessing import shared_memory
+
                     name, offset = arg
                     shm = shared_memory.SharedMemory(name=name)
                     obs_buf = np.ndarray(local.shape, dtype=np.uint8, buffer=shm.buf, offset=offset)
@@ -536,9 +550,17 @@ class SubprocVecEnv(VecEnv):
             replaced (module docstring); 0 = never, the fault is raised.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]], num_workers: int, seed: int | None = None,
-                 start_method: str = "spawn", timeout: float = 60.0, start_timeout: float = 180.0,
-                 shared_memory: bool = True, max_restarts: int = 0):
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        num_workers: int,
+        seed: int | None = None,
+        start_method: str = "spawn",
+        timeout: float = 60.0,
+        start_timeout: float = 180.0,
+        shared_memory: bool = True,
+        max_restarts: int = 0,
+    ):
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
         env_fns = list(env_fns)
@@ -576,7 +598,8 @@ class SubprocVecEnv(VecEnv):
             except Exception as exc:
                 raise TypeError(
                     f"SubprocVecEnv needs picklable env factories (module-level functions or "
-                    f"functools.partial of them); envs {start}..{stop - 1}: {exc!r}") from exc
+                    f"functools.partial of them); envs {start}..{stop - 1}: {exc!r}"
+                ) from exc
         hide_main = start_method != "fork" and not any(_pickle_refers_to_main(p) for p in payloads)
         self._payloads, self._hide_main = payloads, hide_main
 
@@ -591,14 +614,16 @@ class SubprocVecEnv(VecEnv):
             spaces = {(tuple(m[1]), m[2]) for m in ready.values()}
             if len(spaces) > 1:
                 raise ValueError(f"envs differ in (observation_shape, num_actions): {spaces}")
-            (self.observation_shape, self.num_actions), = spaces
+            ((self.observation_shape, self.num_actions),) = spaces
             self._obs_size = int(np.prod(self.observation_shape))
             if shared_memory:
                 from multiprocessing import shared_memory as shm_mod
+
                 nbytes = max(1, self.num_envs * self._obs_size)
                 self._shm = shm_mod.SharedMemory(create=True, size=nbytes)
-                self._shm_obs = np.ndarray((self.num_envs, *self.observation_shape), dtype=np.uint8,
-                                           buffer=self._shm.buf)
+                self._shm_obs = np.ndarray(
+                    (self.num_envs, *self.observation_shape), dtype=np.uint8, buffer=self._shm.buf
+                )
                 for w, (start, _) in enumerate(self._ranges):
                     self._conns[w].send(("shm", (self._shm.name, start * self._obs_size)))
                 self._gather(range(self.num_workers), "shared-memory setup", start_timeout)
@@ -612,9 +637,17 @@ class SubprocVecEnv(VecEnv):
         parent_end, child_end = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child_end, w, self._ranges[w][0], self._payloads[w], seed,
-                  parent_end if self.start_method == "fork" else None),
-            name=f"VecEnvWorker-{w}", daemon=True)
+            args=(
+                child_end,
+                w,
+                self._ranges[w][0],
+                self._payloads[w],
+                seed,
+                parent_end if self.start_method == "fork" else None,
+            ),
+            name=f"VecEnvWorker-{w}",
+            daemon=True,
+        )
         try:
             with _worker_launch(self._hide_main):
                 proc.start()
@@ -640,8 +673,7 @@ class SubprocVecEnv(VecEnv):
         self._processes[w], self._conns[w] = proc, conn
         self.worker_pids[w] = proc.pid
         self._unresponsive.discard(w)
-        self.restart_log.append(f"restart {self.restarts}/{self.max_restarts}: {reason}; "
-                                f"new worker pid {proc.pid}")
+        self.restart_log.append(f"restart {self.restarts}/{self.max_restarts}: {reason}; new worker pid {proc.pid}")
         self._gather([w], "restart (construction)", self._start_timeout, may_restart=False)
         if self._shm is not None:
             conn.send(("shm", (self._shm.name, self._ranges[w][0] * self._obs_size)))
@@ -653,8 +685,15 @@ class SubprocVecEnv(VecEnv):
         for start, stop in self._in_flight.get(w, []):
             lo, hi = max(start, s) - s, min(stop, self._ranges[w][1]) - s
             obs = None if self._shm is not None else reset[1][lo:hi]
-            answers.append(("ok", obs, np.zeros(hi - lo, np.float32), np.ones(hi - lo, bool),
-                            [{"worker_restart": reason} for _ in range(hi - lo)]))
+            answers.append(
+                (
+                    "ok",
+                    obs,
+                    np.zeros(hi - lo, np.float32),
+                    np.ones(hi - lo, bool),
+                    [{"worker_restart": reason} for _ in range(hi - lo)],
+                )
+            )
         self._replayed[w] = answers
 
     def _where(self, w: int) -> str:
@@ -671,13 +710,18 @@ class SubprocVecEnv(VecEnv):
         proc = self._processes[w]
         proc.join(timeout=1.0)
         start, stop = self._ranges[w]
-        return self._fail(EnvWorkerError(
-            f"Env worker process died during {phase} ({self._where(w)}): "
-            f"{_describe_exitcode(proc.exitcode)}",
-            start if stop - start == 1 else None, "", w))
+        return self._fail(
+            EnvWorkerError(
+                f"Env worker process died during {phase} ({self._where(w)}): {_describe_exitcode(proc.exitcode)}",
+                start if stop - start == 1 else None,
+                "",
+                w,
+            )
+        )
 
-    def _gather(self, workers: Iterable[int], phase: str, timeout: float | None = None,
-                may_restart: bool = True) -> dict[int, tuple]:
+    def _gather(
+        self, workers: Iterable[int], phase: str, timeout: float | None = None, may_restart: bool = True
+    ) -> dict[int, tuple]:
         """Receive one message from each worker; raise EnvWorkerError on an env error,
         a dead worker or a timeout. Waits on pipes and process sentinels together.
         While stepping, a worker that dies or hangs is replaced instead while the restart
@@ -693,16 +737,19 @@ class SubprocVecEnv(VecEnv):
                 self._unresponsive.update(pending)
                 w = min(pending)
                 start, stop = self._ranges[w]
-                fault = (f"Env worker process did not answer within {timeout:g} s during {phase} "
-                         f"({self._where(w)}); hung environment?")
+                fault = (
+                    f"Env worker process did not answer within {timeout:g} s during {phase} "
+                    f"({self._where(w)}); hung environment?"
+                )
                 if restartable and self.restarts < self.max_restarts:
                     self._replace(w, fault)
                     results[w] = self._replayed[w].pop(0)
                     pending.discard(w)
                     deadline = time.monotonic() + timeout  # the restart's own time is not the others' fault
                     continue
-                raise self._fail(EnvWorkerError(fault + self._budget_note(restartable),
-                                                start if stop - start == 1 else None, "", w))
+                raise self._fail(
+                    EnvWorkerError(fault + self._budget_note(restartable), start if stop - start == 1 else None, "", w)
+                )
             by_conn = {self._conns[w]: w for w in pending}
             by_sentinel = {self._processes[w].sentinel: w for w in pending}
             ready = mp.connection.wait(list(by_conn) + list(by_sentinel), timeout=remaining)
@@ -723,12 +770,14 @@ class SubprocVecEnv(VecEnv):
                         pending.discard(w)
                         deadline = time.monotonic() + timeout
                         continue
-                    raise self._fail(EnvWorkerError(str(dead) + self._budget_note(restartable), dead.env_index,
-                                                    "", w)) from None
+                    raise self._fail(
+                        EnvWorkerError(str(dead) + self._budget_note(restartable), dead.env_index, "", w)
+                    ) from None
                 if msg[0] == "error":
                     _, env_index, what, tb = msg
-                    raise self._fail(EnvWorkerError(
-                        _failure_message(env_index, what, self._where(w), tb), env_index, tb, w))
+                    raise self._fail(
+                        EnvWorkerError(_failure_message(env_index, what, self._where(w), tb), env_index, tb, w)
+                    )
                 results[w] = msg
                 pending.discard(w)
         return results
@@ -761,8 +810,9 @@ class SubprocVecEnv(VecEnv):
         numbering: every worker whole for all envs, else the one worker hosting that pipeline group."""
         if (start, stop) != (0, self.num_envs):
             self._group(start, stop)
-        return [(w, max(start, s) - s, min(stop, e) - s) for w, (s, e) in enumerate(self._ranges)
-                if s < stop and start < e]
+        return [
+            (w, max(start, s) - s, min(stop, e) - s) for w, (s, e) in enumerate(self._ranges) if s < stop and start < e
+        ]
 
     # ------------------------------------------------------------------ contract
     @property
@@ -807,13 +857,14 @@ class SubprocVecEnv(VecEnv):
                 first = self._ranges[w][0] + lo - start  # this worker's actions in a
                 self._in_flight.setdefault(w, []).append((start, stop))
                 try:
-                    self._conns[w].send(("step", (lo, hi, a[first:first + hi - lo].tolist())))
+                    self._conns[w].send(("step", (lo, hi, a[first : first + hi - lo].tolist())))
                 except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
                     dead = self._dead(w, "step")
                     if self.restarts >= self.max_restarts:
                         self._in_flight[w].pop()
-                        raise self._fail(EnvWorkerError(str(dead) + self._budget_note(True), dead.env_index,
-                                                        "", w)) from None
+                        raise self._fail(
+                            EnvWorkerError(str(dead) + self._budget_note(True), dead.env_index, "", w)
+                        ) from None
                     self._broken = None
                     self._replace(w, str(dead))  # every step of w in flight, this one too, gets a stand-in
             ok = True
@@ -829,8 +880,10 @@ class SubprocVecEnv(VecEnv):
             if (start, stop) not in queue:
                 raise RuntimeError(f"step_wait for envs {start}..{stop - 1} without step_async")
             if queue[0] != (start, stop):  # a worker answers in the order it was sent steps
-                raise RuntimeError(f"step_wait for envs {start}..{stop - 1} before envs {queue[0][0]}.."
-                                   f"{queue[0][1] - 1}, which were sent to worker {w} first")
+                raise RuntimeError(
+                    f"step_wait for envs {start}..{stop - 1} before envs {queue[0][0]}.."
+                    f"{queue[0][1] - 1}, which were sent to worker {w} first"
+                )
         results = {w: self._replayed[w].pop(0) for w in workers if self._replayed.get(w)}
         ok = False
         try:
@@ -957,8 +1010,9 @@ class Pipeline:
         self._sent = []
 
 
-def make_vec_env(env_fns: Sequence[Callable[[], Any]], num_workers: int = 0, seed: int | None = None,
-                 **kwargs) -> VecEnv:
+def make_vec_env(
+    env_fns: Sequence[Callable[[], Any]], num_workers: int = 0, seed: int | None = None, **kwargs
+) -> VecEnv:
     """``num_workers == 0``: :class:`InProcessVecEnv`; otherwise :class:`SubprocVecEnv`
     with ``num_workers`` processes. Extra keyword arguments are SubprocVecEnv options
     (``timeout``, ``start_timeout``, ``start_method``, ``shared_memory``, ``max_restarts``); they are

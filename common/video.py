@@ -13,6 +13,7 @@ complete one. Parent folders are created. Recording nothing writes no file.
     with VideoRecorder("videos/eval.mp4", fps=60) as rec:
         rec.add(frame)          # uint8 [H, W, 3]
 """
+
 from __future__ import annotations
 
 import os
@@ -57,9 +58,7 @@ class VideoRecorder:
             raise RuntimeError(f"VideoRecorder for {self.path} is already closed")
         frame = np.asarray(frame_rgb)
         if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-            raise ValueError(
-                f"VideoRecorder.add expects a uint8 [H, W, 3] RGB frame, got {frame.dtype} {frame.shape}"
-            )
+            raise ValueError(f"VideoRecorder.add expects a uint8 [H, W, 3] RGB frame, got {frame.dtype} {frame.shape}")
         if self._shape is None:
             self._shape = frame.shape
             self._open()

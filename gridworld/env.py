@@ -30,6 +30,7 @@ Recording: with ``record_path`` the env renders MiniGrid's full-grid RGB view
 (``render_mode="rgb_array"``, the agent's view highlighted) into an mp4 through
 ``common.video.VideoRecorder``; only recording envs pay for rendering.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -67,8 +68,10 @@ def validate_env_id(env_id: str) -> None:
     """Raise ``ValueError`` for an id that is not a registered MiniGrid task (lists examples)."""
     gym = _gym()
     if not isinstance(env_id, str) or not env_id.startswith("MiniGrid-") or env_id not in gym.registry:
-        raise ValueError(f"unknown MiniGrid env id {env_id!r}; examples: {', '.join(EXAMPLE_IDS)} "
-                         "(any registered 'MiniGrid-*' id works)")
+        raise ValueError(
+            f"unknown MiniGrid env id {env_id!r}; examples: {', '.join(EXAMPLE_IDS)} "
+            "(any registered 'MiniGrid-*' id works)"
+        )
 
 
 class GridEnv(GameEnv):
@@ -83,8 +86,10 @@ class GridEnv(GameEnv):
         self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
         self.unwrapped = self.env.unwrapped
         if self.unwrapped.agent_view_size != VIEW:
-            raise ValueError(f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
-                             f"view; this wrapper expects {VIEW}x{VIEW}")
+            raise ValueError(
+                f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
+                f"view; this wrapper expects {VIEW}x{VIEW}"
+            )
         super().__init__(record_path, fps=RECORD_FPS)
 
     @staticmethod
@@ -98,10 +103,13 @@ class GridEnv(GameEnv):
 
     def _info(self, reward: float, terminated: bool, truncated: bool) -> dict:
         u = self.unwrapped
-        return {"success": bool(terminated and reward > 0), "steps": int(u.step_count),
-                "truncated": bool(truncated and not terminated),
-                "carrying": u.carrying.type if u.carrying is not None else "",
-                "agent_pos": (int(u.agent_pos[0]), int(u.agent_pos[1]))}
+        return {
+            "success": bool(terminated and reward > 0),
+            "steps": int(u.step_count),
+            "truncated": bool(truncated and not terminated),
+            "carrying": u.carrying.type if u.carrying is not None else "",
+            "agent_pos": (int(u.agent_pos[0]), int(u.agent_pos[1])),
+        }
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         self._begin_reset()

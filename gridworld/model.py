@@ -14,6 +14,7 @@ Conv(16, 2x2) - ReLU - MaxPool 2 - Conv(32, 2x2) - ReLU - Conv(64, 2x2) - ReLU
 policy logits, extrinsic value, intrinsic value. Orthogonal init (gain sqrt 2 in
 the trunk, 0.01 for the logits, 1 for the values), zero biases.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,14 +43,16 @@ class OneHotCodes(nn.Layer):
         codes = paddle.round(x * 255.0).astype("int64")
         parts = []
         for c, n in enumerate(self.sizes):
-            idx = paddle.clip(codes[:, c], 0, n - 1)                       # [B, H, W]
-            parts.append(F.one_hot(idx, n).transpose([0, 3, 1, 2]))       # [B, n, H, W]
+            idx = paddle.clip(codes[:, c], 0, n - 1)  # [B, H, W]
+            parts.append(F.one_hot(idx, n).transpose([0, 3, 1, 2]))  # [B, n, H, W]
         return paddle.concat(parts, axis=1).astype("float32")
 
     def forward_numpy(self, a: np.ndarray) -> np.ndarray:
         codes = np.rint(a * 255.0).astype(np.int64)
-        parts = [np.eye(n, dtype=np.float32)[np.clip(codes[:, c], 0, n - 1)].transpose(0, 3, 1, 2)
-                 for c, n in enumerate(self.sizes)]
+        parts = [
+            np.eye(n, dtype=np.float32)[np.clip(codes[:, c], 0, n - 1)].transpose(0, 3, 1, 2)
+            for c, n in enumerate(self.sizes)
+        ]
         return np.concatenate(parts, axis=1)
 
 
@@ -70,9 +73,13 @@ class GridPolicy(Net):
         self.channel_sizes = tuple(channel_sizes)
         self.one_hot = OneHotCodes(self.channel_sizes)
         self.features = nn.Sequential(
-            _layer(nn.Conv2D, sum(self.channel_sizes), 16, 2), nn.ReLU(), nn.MaxPool2D(2),
-            _layer(nn.Conv2D, 16, 32, 2), nn.ReLU(),
-            _layer(nn.Conv2D, 32, 64, 2), nn.ReLU(),
+            _layer(nn.Conv2D, sum(self.channel_sizes), 16, 2),
+            nn.ReLU(),
+            nn.MaxPool2D(2),
+            _layer(nn.Conv2D, 16, 32, 2),
+            nn.ReLU(),
+            _layer(nn.Conv2D, 32, 64, 2),
+            nn.ReLU(),
             nn.Flatten(),
         )
         self.actor = _head(num_actions, gain=0.01)

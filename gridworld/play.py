@@ -1,4 +1,5 @@
 """Play a trained gridworld agent greedily and record an mp4: ``python gridworld/play.py --checkpoint PATH``."""
+
 from __future__ import annotations
 
 import os

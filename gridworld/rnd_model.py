@@ -14,6 +14,7 @@ per cell and channel by a running mean/std, clipped to [-5, 5] (the module's job
 as in RND). We keep that (rather than one-hot codes) so the intrinsic modules run
 unchanged; on symbolic codes a per-position standardization is still informative.
 """
+
 from __future__ import annotations
 
 from common.intrinsic.networks import ConvFeatureNet

@@ -4,6 +4,7 @@ The CPU-sized exploration benchmark of this project (``benchmarks/exploration.py
 Settings are the usual small-grid PPO ones (rl-starter-files / CleanRL scale) with
 the RND paper's two-stream advantages; see ``GridConfig`` for each choice.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,10 @@ class GridConfig(TrainConfig):
     ~0.1 ms, less than sending it to a worker.
     """
 
-    env_id: str = arg("MiniGrid-DoorKey-5x5-v0", "MiniGrid task id, e.g. MiniGrid-DoorKey-8x8-v0, "
-                                                "MiniGrid-MultiRoom-N2-S4-v0, MiniGrid-KeyCorridorS3R1-v0")
+    env_id: str = arg(
+        "MiniGrid-DoorKey-5x5-v0",
+        "MiniGrid task id, e.g. MiniGrid-DoorKey-8x8-v0, MiniGrid-MultiRoom-N2-S4-v0, MiniGrid-KeyCorridorS3R1-v0",
+    )
     num_global_steps: int = default(1_000_000)
     num_processes: int = default(16)
     num_workers: int = default(-1, "in the trainer process: the fastest for MiniGrid's cheap envs")

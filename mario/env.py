@@ -38,6 +38,7 @@ Montezuma but the trajectory depends only on the actions.
 Done semantics (gym-super-mario-bros single-stage env): the episode ends when Mario
 starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ tutorial) -> actor Linear(512, A), extrinsic critic Linear(512, 1), and our intr
 critic Linear(512, 1). KaimingUniform weights, zero biases, set per layer (the
 tutorial's ``set_global_initializer`` leaked into every layer built afterwards).
 """
+
 from __future__ import annotations
 
 import paddle.nn as nn

@@ -1,4 +1,5 @@
 """Play a trained mario agent greedily and record an mp4: ``python mario/play.py --checkpoint PATH``."""
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ The tutorial also tried to rescale the target's weights with
 never changed anything (defect 3); we leave the target as initialised, which is
 what the tutorial actually ran.
 """
+
 from __future__ import annotations
 
 from common.intrinsic.networks import ConvFeatureNet

@@ -5,6 +5,7 @@ steps, 10 epochs, 16 minibatches, lr 4e-5, gamma 0.9, tau 1.0, beta 0.01, clip
 0.2, grad clip 0.5, update proportion 0.25, seed 314). The intrinsic settings are
 ours (the tutorial's RND never reached the advantages), see ``MarioConfig``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,7 @@ if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make t
 
 from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
-from mario.env import ACTION_SETS, STACK, OBS_SIZE, make_env  # noqa: E402
+from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env  # noqa: E402
 
 
 @dataclass
@@ -33,16 +34,20 @@ class MarioConfig(TrainConfig):
 
     world: int = arg(4, "world 1-8", choices=tuple(range(1, 9)))
     stage: int = arg(4, "stage 1-4", choices=(1, 2, 3, 4))
-    action_type: str = arg("simple", "action set: right (RIGHT_ONLY), simple (SIMPLE_MOVEMENT), "
-                                     "complex (COMPLEX_MOVEMENT)", choices=tuple(ACTION_SETS))
+    action_type: str = arg(
+        "simple",
+        "action set: right (RIGHT_ONLY), simple (SIMPLE_MOVEMENT), complex (COMPLEX_MOVEMENT)",
+        choices=tuple(ACTION_SETS),
+    )
     ext_coef: float = default(1.0, "the tutorial's PPO objective unchanged")
     int_coef: float = default(0.5, "the RND paper's 2:1 ratio; 0 is what the tutorial actually ran")
     obs_norm_steps: int = default(128)
 
 
 def env_factory(cfg: MarioConfig, record_path=None):
-    return functools.partial(make_env, world=cfg.world, stage=cfg.stage, action_type=cfg.action_type,
-                             record_path=record_path)
+    return functools.partial(
+        make_env, world=cfg.world, stage=cfg.stage, action_type=cfg.action_type, record_path=record_path
+    )
 
 
 def spaces(cfg: MarioConfig):
@@ -62,13 +67,20 @@ def make_intrinsic_networks(cfg, in_channels):
 
 
 def episode_metrics(info: dict) -> dict:
-    return {"x_pos": float(info.get("x_pos", 0)), "flag": float(bool(info.get("flag_get", False))),
-            "score": float(info.get("score", 0))}
+    return {
+        "x_pos": float(info.get("x_pos", 0)),
+        "flag": float(bool(info.get("flag_get", False))),
+        "score": float(info.get("score", 0)),
+    }
 
 
 def checkpoint_name(cfg, update):
     """The tutorial's names: mario_{world}_{stage}_{update}.pdparams, mario_{world}_{stage}.pdparams on the flag."""
-    return f"mario_{cfg.world}_{cfg.stage}.pdparams" if update is None else f"mario_{cfg.world}_{cfg.stage}_{update}.pdparams"
+    return (
+        f"mario_{cfg.world}_{cfg.stage}.pdparams"
+        if update is None
+        else f"mario_{cfg.world}_{cfg.stage}_{update}.pdparams"
+    )
 
 
 SPEC = GameSpec(
@@ -82,8 +94,10 @@ SPEC = GameSpec(
     checkpoint_name=checkpoint_name,
     episode_metrics=episode_metrics,
     eval_success=lambda info: bool(info.get("flag_get", False)),
-    embedding_metadata=lambda info: [str(int(info.get("x_pos", 0)) // 256 * 256),
-                                     f"{info.get('world', '?')}-{info.get('stage', '?')}"],
+    embedding_metadata=lambda info: [
+        str(int(info.get("x_pos", 0)) // 256 * 256),
+        f"{info.get('world', '?')}-{info.get('stage', '?')}",
+    ],
     embedding_header=["x_pos_bucket", "stage"],
 )
 

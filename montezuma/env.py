@@ -31,6 +31,7 @@ actions, because the gymnasium env copies an RGB observation on every frame.
 rooms visited this episode, the start room included), ``level`` (RAM byte 57),
 ``lives``, ``score`` (episode score so far), ``episode_steps``, ``TimeLimit.truncated``.
 """
+
 from __future__ import annotations
 
 import cv2
@@ -79,8 +80,11 @@ def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
 
 def validate_args(sticky_prob, max_episode_steps) -> None:
     """Raise ``ValueError`` naming the bad value; called before the emulator exists."""
-    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, (int, np.integer)) \
-            or max_episode_steps <= 0:
+    if (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, (int, np.integer))
+        or max_episode_steps <= 0
+    ):
         raise ValueError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}")
     try:
         p = float(sticky_prob)

@@ -12,6 +12,7 @@ Orthogonal initialization, zero biases, set per layer: gain sqrt(2) for the conv
 trunk layers and the policy's hidden layer (CleanRL: 0.01 there), 0.1 for the extra layer, 0.01
 for the policy logits and the value heads.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,18 @@ class RNDPolicy(Net):
     def __init__(self, input_num: int, actions: int):
         super().__init__()
         self.features = nn.Sequential(
-            _conv(input_num, 32, 8, 4), nn.ReLU(), _conv(32, 64, 4, 2), nn.ReLU(), _conv(64, 64, 3, 1), nn.ReLU(),
-            nn.Flatten(), _linear(64 * 7 * 7, 256), nn.ReLU(), _linear(256, 448), nn.ReLU())
+            _conv(input_num, 32, 8, 4),
+            nn.ReLU(),
+            _conv(32, 64, 4, 2),
+            nn.ReLU(),
+            _conv(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+            _linear(64 * 7 * 7, 256),
+            nn.ReLU(),
+            _linear(256, 448),
+            nn.ReLU(),
+        )
         self.actor = nn.Sequential(_linear(448, 448), nn.ReLU(), _linear(448, actions, gain=0.01))
         self.extra_layer = nn.Sequential(_linear(448, 448, gain=0.1), nn.ReLU())
         self.critic_ext = _linear(448, 1, gain=0.01)

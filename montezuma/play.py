@@ -1,4 +1,5 @@
 """Play a trained montezuma agent greedily and record an mp4: ``python montezuma/play.py --checkpoint PATH``."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ orthogonal initialization with gain sqrt(2) as in the authors' code
 default only the latest frame as input (``--intrinsic-frames 1``). The policy network
 (``montezuma/model.py``) is CleanRL's variant, not the authors'.
 """
+
 from __future__ import annotations
 
 from common.intrinsic.networks import ConvFeatureNet

@@ -9,6 +9,7 @@ the number of environments (``--num-envs`` is accepted as an alias); they run in
 ``--num-workers`` processes (default: one per CPU core, each stepping several
 envs, which beats one process per env). See the README for small-machine settings.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,8 +62,9 @@ class MontezumaConfig(TrainConfig):
 
 
 def env_factory(cfg: MontezumaConfig, record_path=None):
-    return functools.partial(make_env, record_path=record_path, sticky_prob=cfg.sticky_prob,
-                             max_episode_steps=cfg.max_episode_steps)
+    return functools.partial(
+        make_env, record_path=record_path, sticky_prob=cfg.sticky_prob, max_episode_steps=cfg.max_episode_steps
+    )
 
 
 def make_policy(cfg, obs_shape, num_actions):

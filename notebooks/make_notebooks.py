@@ -13,6 +13,7 @@ package is not importable, so it is a no-op where the project is installed
 
 Edit this file, not the .ipynb files, and regenerate: the tests check they agree.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,17 +36,20 @@ def code(text: str):
 
 # ------------------------------------------------------------------ shared cells
 def params_cell(extra: str = ""):
-    return code(textwrap.dedent('''
+    return code(
+        textwrap.dedent("""
         # Parameters. QUICK = True: a tiny smoke run (about a minute on a CPU) that shows every step.
         # Set QUICK = False (or NOTEBOOK_QUICK=0 in the environment) for a real training run.
         import os
 
         QUICK = os.environ.get("NOTEBOOK_QUICK", "1") != "0"
         RUNS = os.environ.get("NOTEBOOK_RUNS", "")  # parent folder of the run folders ("" = <repo>/runs)
-    ''') + textwrap.dedent(extra))
+    """)
+        + textwrap.dedent(extra)
+    )
 
 
-SETUP = code('''
+SETUP = code("""
     # Setup: go to the repository and install what is missing (nothing, where the project is installed).
     # On AI Studio, clone or unzip the repository once into /home/aistudio/work (that folder survives restarts).
     import importlib.util
@@ -73,11 +77,11 @@ SETUP = code('''
 
     DEVICE = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
     print("repo", REPO, "| runs", RUNS, "| paddle", paddle.__version__, "| device", DEVICE, "| quick", QUICK)
-''')
+""")
 
 
 def curves_cell(tags: list[str]):
-    return code(f'''
+    return code(f"""
         # Curves from the run's metrics.jsonl (the same values VisualDL shows).
         import matplotlib.pyplot as plt
 
@@ -98,10 +102,10 @@ def curves_cell(tags: list[str]):
         fig.tight_layout()
         plt.show()
         print(len(metrics), "tags logged:", ", ".join(sorted(metrics)))
-    ''')
+    """)
 
 
-VIDEO = code('''
+VIDEO = code("""
     # The latest evaluation episode (written every --video-interval updates to <run>/videos/).
     import glob
 
@@ -111,11 +115,11 @@ VIDEO = code('''
     print(len(videos), "eval videos:", [os.path.basename(v) for v in videos[-5:]])
     if videos:
         display(Video(videos[-1], embed=True, width=384))
-''')
+""")
 
 
 def visualdl_md(game: str):
-    return md(f'''
+    return md(f"""
         ## VisualDL / VisualDL 可视化看板
 
         Everything the run logged is in its run folder (`{{RUNS}}/<run_name>/`: `config.json`, VisualDL records,
@@ -136,30 +140,30 @@ def visualdl_md(game: str):
         {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}; project them
         with PCA, t-SNE or UMAP), and
         **Hyper Parameters** (the run's flags with its final metrics). See `docs/visualdl.md`.
-    ''')
+    """)
 
 
 def play_cell(game: str, quick_steps: int, full_steps: int, width: int):
     """Run the game's play.py on the run's last checkpoint and show its mp4."""
-    return code(f'''
+    return code(f"""
         play_mp4 = os.path.join(result["run_dir"], "play.mp4")
         !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}
         display(Video(play_mp4, embed=True, width={width}))
-    ''')
+    """)
 
 
 def print_cmd_cell():
-    return code('''
+    return code("""
         # The command for this notebook's runs (a relative --logdir, from the folder above it).
         print(f"cd {os.path.dirname(os.path.abspath(RUNS))} && visualdl --logdir {os.path.basename(os.path.abspath(RUNS))} "
               "--host 127.0.0.1 --port 8040 --language en")
-    ''')
+    """)
 
 
 # ------------------------------------------------------------------ Mario
 def mario_notebook():
     return [
-        md('''
+        md("""
             # Super Mario Bros with PPO + RND (PaddlePaddle) / 超级马里奥：PPO + RND 好奇心探索
 
             The tutorial's agent: PPO on the tutorial's Mario wrappers (84x84 gray, skip 4, stack 4) with Random
@@ -169,12 +173,12 @@ def mario_notebook():
 
             Run it top to bottom. `QUICK = True` (the default) trains for a few seconds only, to check that
             everything works; set `QUICK = False` for a real run (hours on a CPU, much faster on an AI Studio GPU).
-        '''),
-        params_cell('''
+        """),
+        params_cell("""
             WORLD, STAGE = 1, 1
-        '''),
+        """),
         SETUP,
-        md('''
+        md("""
             ## Train / 训练
 
             `mario.train.main(flags)` is exactly `python mario/train.py <flags>` (see `python mario/train.py --help`;
@@ -183,8 +187,8 @@ def mario_notebook():
                 !python mario/train.py --world 1 --stage 1 --num-global-steps 2000000 --device gpu
 
             The run folder is `RUNS/<run_name>`; Ctrl-C (or the stop button) saves a checkpoint first.
-        '''),
-        code('''
+        """),
+        code("""
             from mario.train import main as train_mario
 
             if QUICK:
@@ -198,24 +202,34 @@ def mario_notebook():
             result = train_mario(flags + ["--world", str(WORLD), "--stage", str(STAGE), "--device", DEVICE,
                                           "--log-path", RUNS, "--run-name", run_name])
             print({k: v for k, v in result.items() if k != "eval"})
-        '''),
-        md('''
+        """),
+        md("""
             ## Curves / 训练曲线
 
             `Training Reward` is the tutorial's (mean over envs of the rollout's extrinsic rewards, summed over
             time); the eval tags come from one greedy episode after every update (`--eval-interval`).
-        '''),
-        curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
-                     "Forward loss", "eval/x_pos", "intrinsic/reward_mean", "perf/steps_per_sec"]),
+        """),
+        curves_cell(
+            [
+                "Training Reward",
+                "Eval Extrinsic reward",
+                "Eval Intrinsic reward",
+                "Total loss",
+                "Forward loss",
+                "eval/x_pos",
+                "intrinsic/reward_mean",
+                "perf/steps_per_sec",
+            ]
+        ),
         md("## Evaluation video / 评估录像"),
         VIDEO,
-        md('''
+        md("""
             ## Play a checkpoint / 加载检查点试玩
 
             `mario/play.py` loads a checkpoint, plays one greedy episode (the tutorial's evaluation rule),
             records the emulator's frames to an mp4 and prints the result. It refuses a checkpoint of another
             game with a clear error.
-        '''),
+        """),
         play_cell("mario", quick_steps=60, full_steps=5000, width=384),
         visualdl_md("Mario"),
         print_cmd_cell(),
@@ -225,24 +239,24 @@ def mario_notebook():
 # ------------------------------------------------------------------ Montezuma
 def montezuma_notebook():
     return [
-        md('''
+        md("""
             # Montezuma's Revenge with PPO + RND (PaddlePaddle) / 蒙特祖玛的复仇：PPO + RND
 
             The RND paper's recipe (Burda et al. 2018): sticky actions, two value heads, a non-episodic intrinsic
             stream, RND on the latest frame with normalized observations, ext/int advantage weights 2/1. The
             defaults of `montezuma/train.py` are the paper's (128 envs x 128 steps); RND needs hundreds of
             millions of frames to leave the first rooms, so `QUICK = True` only checks the pipeline.
-        '''),
-        params_cell('''
+        """),
+        params_cell("""
             NUM_ENVS = 2 if QUICK else 32  # the paper uses 128; 32 fits an AI Studio GPU machine's CPUs better
-        '''),
+        """),
         SETUP,
-        md('''
+        md("""
             ## Train / 训练
 
             Same as `!python montezuma/train.py --num-envs 32 --device gpu ...` (see `--help`).
-        '''),
-        code('''
+        """),
+        code("""
             from montezuma.train import main as train_montezuma
 
             if QUICK:
@@ -256,18 +270,30 @@ def montezuma_notebook():
             result = train_montezuma(flags + ["--num-envs", str(NUM_ENVS), "--device", DEVICE, "--log-path", RUNS,
                                               "--run-name", run_name])
             print({k: v for k, v in result.items() if k != "eval"})
-        '''),
-        md('''
+        """),
+        md("""
             ## Curves / 训练曲线
 
             `episode/rooms` is the number of rooms an episode visited (the paper's exploration measure);
             training episodes are 4,500 agent steps at most, so in quick mode none finishes.
-        '''),
-        curves_cell(["Training Reward", "Eval Extrinsic reward", "Eval Intrinsic reward", "Total loss",
-                     "Forward loss", "eval/rooms", "intrinsic/reward_mean", "episode/rooms"]),
+        """),
+        curves_cell(
+            [
+                "Training Reward",
+                "Eval Extrinsic reward",
+                "Eval Intrinsic reward",
+                "Total loss",
+                "Forward loss",
+                "eval/rooms",
+                "intrinsic/reward_mean",
+                "episode/rooms",
+            ]
+        ),
         md("## Evaluation video / 评估录像"),
         VIDEO,
-        md("## Play a checkpoint (`montezuma/play.py`: rooms visited and score) / 加载检查点试玩（访问过的房间数与得分）"),
+        md(
+            "## Play a checkpoint (`montezuma/play.py`: rooms visited and score) / 加载检查点试玩（访问过的房间数与得分）"
+        ),
         play_cell("montezuma", quick_steps=50, full_steps=4500, width=320),
         visualdl_md("Montezuma"),
         print_cmd_cell(),
@@ -277,7 +303,7 @@ def montezuma_notebook():
 # ------------------------------------------------------------------ SND
 def snd_notebook():
     return [
-        md('''
+        md("""
             # SND variants: what the three target losses do / SND 三种目标网络训练方式
 
             Self-supervised Network Distillation (Pecháč et al., arXiv 2302.11563) keeps RND's predictor but
@@ -291,14 +317,14 @@ def snd_notebook():
 
             On a batch of real Mario frames (random actions) we measure each loss's quantity before and after a
             few target steps. The same modules train inside `mario/train.py --intrinsic snd-v|snd-std|snd-vic`.
-        '''),
-        params_cell('''
+        """),
+        params_cell("""
             NUM_FRAMES = 64                      # transitions in the batch
             TARGET_STEPS = 6 if QUICK else 300   # target (and predictor) updates on that batch
-        '''),
+        """),
         SETUP,
         md("## A batch of real frames / 一批真实的游戏画面"),
-        code('''
+        code("""
             import numpy as np
 
             from mario.env import make_env
@@ -325,13 +351,13 @@ def snd_notebook():
                 ax.set_title(f"t={i}")
                 ax.axis("off")
             plt.show()
-        '''),
-        md('''
+        """),
+        md("""
             ## The three modules / 三个 SND 模块
 
             Built exactly as the trainer builds them (`common.intrinsic.make_intrinsic` with the tutorial's RND
             networks for Mario), observation normalizer fitted on the batch.
-        '''),
+        """),
         code('''
             import paddle
 
@@ -381,7 +407,7 @@ def snd_notebook():
             before = {name: measure(name, m) for name, m in modules.items()}
         '''),
         md("## A few target steps on the batch / 在这批数据上训练目标网络几步"),
-        code('''
+        code("""
             import time
 
             history = {name: [] for name in modules}
@@ -402,14 +428,14 @@ def snd_notebook():
                 ax.set_yscale("symlog", linthresh=1e-3)
                 ax.legend(fontsize=8)
             plt.show()
-        '''),
-        md('''
+        """),
+        md("""
             ## SND-V: contrastive distances / SND-V：对比学习的特征距离
 
             d = mean squared feature difference of the two augmented members of a pair. Training pulls
             same-state pairs towards 0 and different-state pairs towards 1.
-        '''),
-        code('''
+        """),
+        code("""
             fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
             for ax, (title, res) in zip(axes, [("before", before["snd-v"]), (f"after {TARGET_STEPS} steps", after["snd-v"])]):
                 bins = np.linspace(0, max(res["d_same"].max(), res["d_diff"].max(), 1.2), 30)
@@ -419,14 +445,14 @@ def snd_notebook():
                 ax.set_xlabel("feature distance d")
                 ax.legend(fontsize=8)
             plt.show()
-        '''),
-        md('''
+        """),
+        md("""
             ## SND-VIC: VICReg terms / SND-VIC：VICReg 的各项损失
 
             Invariance (consecutive states close), variance hinge (every feature keeps std >= 1 over the batch),
             covariance (features decorrelated).
-        '''),
-        code('''
+        """),
+        code("""
             terms = ["invariance", "variance", "covariance"]
             fig, ax = plt.subplots(figsize=(6, 3.2))
             xs = np.arange(len(terms))
@@ -438,16 +464,16 @@ def snd_notebook():
             ax.set_title("SND-VIC terms on the batch")
             plt.show()
             print({k: (round(before["snd-vic"][k], 4), round(after["snd-vic"][k], 4)) for k in terms})
-        '''),
-        md('''
+        """),
+        md("""
             ## SND-STD: ST-DIM scores / SND-STD：ST-DIM 打分矩阵
 
             The global-local bilinear scores of every anchor s<sub>t+1</sub> (rows) against every candidate
             s<sub>t</sub> (columns), as InfoNCE sees them: a softmax over each row (per location, then averaged
             over locations). Training raises the diagonal, the probability of the true predecessor, above
             chance (1/N); neighbouring frames look alike, so the mass spreads along the diagonal band.
-        '''),
-        code('''
+        """),
+        code("""
             fig, axes = plt.subplots(1, 2, figsize=(10, 4))
             for ax, (title, res) in zip(axes, [("before", before["snd-std"]), (f"after {TARGET_STEPS} steps", after["snd-std"])]):
                 p = res["p_gl"]
@@ -459,14 +485,14 @@ def snd_notebook():
                 ax.set_ylabel("s_t+1 (anchor)")
             fig.tight_layout()
             plt.show()
-        '''),
-        md('''
+        """),
+        md("""
             ## Novelty (intrinsic reward) of the batch / 这批数据的新颖度（内在奖励）
 
             The predictor is distilled from the moving target on a random 25% of each batch: the novelty of
             frames it has seen falls, while the target's changing features keep it from vanishing entirely.
-        '''),
-        code('''
+        """),
+        code("""
             fig, ax = plt.subplots(figsize=(7, 3))
             for name in modules:
                 ax.plot(before[name]["novelty"], alpha=0.4, label=f"{name} before (mean {before[name]['novelty'].mean():.3g})")
@@ -475,16 +501,17 @@ def snd_notebook():
             ax.set_xlabel("t")
             ax.legend(fontsize=7)
             plt.show()
-        '''),
-        md('''
+        """),
+        md("""
             ## In a training run / 在完整训练中使用
 
                 !python mario/train.py --world 1 --stage 1 --intrinsic snd-v   # or snd-std, snd-vic
 
             logs each variant's loss terms under `losses/snd_target/...` in VisualDL
             (`visualdl --logdir runs --language en`, see `docs/visualdl.md`).
-        '''),
+        """),
     ]
+
 
 # ------------------------------------------------------------------ Pong: the SND article's own experiment
 def pong_notebook():
@@ -565,7 +592,9 @@ def pong_notebook():
                     print(f"{agent}: last eval return {m['eval/return'][1][-1]:+.1f}, "
                           f"{len(m.get('episode/return', ([], []))[0])} training episodes")
         """),
-        md("## An evaluation episode of the SND agent (what the network sees: the binarized 84x84 frames) / SND 智能体的一局评估（网络看到的画面：二值化的 84x84 帧）"),
+        md(
+            "## An evaluation episode of the SND agent (what the network sees: the binarized 84x84 frames) / SND 智能体的一局评估（网络看到的画面：二值化的 84x84 帧）"
+        ),
         code("""
             import glob
 
@@ -606,10 +635,13 @@ def build(name: str) -> nbformat.NotebookNode:
     stem = os.path.splitext(name)[0]
     for i, cell in enumerate(cells):
         cell.id = f"{stem[:40]}-{i:02d}"  # stable ids: regenerating does not churn the diff
-    nb = new_notebook(cells=cells, metadata={
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python", "version": "3.10"},
-    })
+    nb = new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python", "version": "3.10"},
+        },
+    )
     nbformat.validate(nb)
     return nb
 

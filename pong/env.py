@@ -25,6 +25,7 @@ The article's runner (``snd_article.ja.txt``, ``train(name)``)::
 ``info``: ``points_for``, ``points_against`` (this episode), ``score`` (their
 difference, the episode's return so far), ``episode_steps``, ``TimeLimit.truncated``.
 """
+
 from __future__ import annotations
 
 import cv2
@@ -56,8 +57,9 @@ def validate_args(frameskip, repeat_action_probability, max_points, stack) -> No
     try:
         p = float(repeat_action_probability)
     except (TypeError, ValueError):
-        raise ValueError(f"repeat_action_probability must be a number in [0, 1], got {repeat_action_probability!r}") \
-            from None
+        raise ValueError(
+            f"repeat_action_probability must be a number in [0, 1], got {repeat_action_probability!r}"
+        ) from None
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability!r}")
 
@@ -71,19 +73,30 @@ class PongEnv(GameEnv):
 
     num_actions = len(ACTIONS)
 
-    def __init__(self, record_path: str | None = None, frameskip: int = 7, repeat_action_probability: float = 0.0,
-                 max_points: int = 5, stack: int = STACK):
+    def __init__(
+        self,
+        record_path: str | None = None,
+        frameskip: int = 7,
+        repeat_action_probability: float = 0.0,
+        max_points: int = 5,
+        stack: int = STACK,
+    ):
         validate_args(frameskip, repeat_action_probability, max_points, stack)
         try:
             import ale_py
             import gymnasium
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError("Pong needs ale-py and gymnasium: `pip install 'ale-py>=0.9' gymnasium` "
-                              "(ale-py bundles the Atari ROMs)") from exc
+            raise ImportError(
+                "Pong needs ale-py and gymnasium: `pip install 'ale-py>=0.9' gymnasium` (ale-py bundles the Atari ROMs)"
+            ) from exc
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         gymnasium.register_envs(ale_py)
-        self.env = gymnasium.make(ENV_ID, frameskip=int(frameskip), repeat_action_probability=float(repeat_action_probability),
-                                  full_action_space=False)
+        self.env = gymnasium.make(
+            ENV_ID,
+            frameskip=int(frameskip),
+            repeat_action_probability=float(repeat_action_probability),
+            full_action_space=False,
+        )
         meanings = tuple(self.env.unwrapped.get_action_meanings())
         if meanings != ACTIONS:  # pragma: no cover - a different ale-py
             raise RuntimeError(f"unexpected Pong action set {meanings}; expected {ACTIONS}")
@@ -102,9 +115,13 @@ class PongEnv(GameEnv):
         self.states[-1] = process_frame(frame_rgb)
 
     def _info(self, truncated: bool) -> dict:
-        return {"points_for": self._points[0], "points_against": self._points[1],
-                "score": float(self._points[0] - self._points[1]), "episode_steps": self._steps,
-                "TimeLimit.truncated": bool(truncated)}
+        return {
+            "points_for": self._points[0],
+            "points_against": self._points[1],
+            "score": float(self._points[0] - self._points[1]),
+            "episode_steps": self._steps,
+            "TimeLimit.truncated": bool(truncated),
+        }
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         self._begin_reset()
@@ -140,8 +157,18 @@ class PongEnv(GameEnv):
         self.env.close()
 
 
-def make_env(record_path: str | None = None, frameskip: int = 7, repeat_action_probability: float = 0.0,
-             max_points: int = 5, stack: int = STACK) -> PongEnv:
+def make_env(
+    record_path: str | None = None,
+    frameskip: int = 7,
+    repeat_action_probability: float = 0.0,
+    max_points: int = 5,
+    stack: int = STACK,
+) -> PongEnv:
     """Picklable module-level factory."""
-    return PongEnv(record_path=record_path, frameskip=frameskip, repeat_action_probability=repeat_action_probability,
-                   max_points=max_points, stack=stack)
+    return PongEnv(
+        record_path=record_path,
+        frameskip=frameskip,
+        repeat_action_probability=repeat_action_probability,
+        max_points=max_points,
+        stack=stack,
+    )

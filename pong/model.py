@@ -8,6 +8,7 @@
 Input float32[B, 4, 84, 84] in [0, 1]; ``cfg.conv_padding`` picks the article's "same"
 geometry or the cheaper "valid" one (``common/dqn.py``). Keras' default initialization.
 """
+
 from __future__ import annotations
 
 from common.dqn import DQNConvNet
@@ -22,5 +23,6 @@ def make_q_network(cfg, obs_shape, num_actions) -> DQNConvNet:
 
 def make_snd_networks(cfg, in_channels: int, input_hw: int = 84):
     """(target, predictor): two independently initialized ``SNDNetwork``s."""
-    return tuple(DQNConvNet(in_channels, FEATURES, hidden=(), input_hw=input_hw, padding=cfg.conv_padding)
-                 for _ in range(2))
+    return tuple(
+        DQNConvNet(in_channels, FEATURES, hidden=(), input_hw=input_hw, padding=cfg.conv_padding) for _ in range(2)
+    )

@@ -13,6 +13,7 @@ window 4, double DQN with lr 0.0005, target sync every 2,000 train steps, discou
 SND: reward = extrinsic + 0.5 x intrinsic. Deviations are listed in the README
 ("Deviations from the SND article"); ``benchmarks/snd_dqn_pong.py`` runs the three agents.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,27 +34,37 @@ from pong.env import ACTIONS, OBS_SIZE, PongEnv, make_env  # noqa: E402
 class PongConfig(DQNConfig):
     """Double DQN (+ SND-V) on Atari Pong, the SND article's settings by default."""
 
-    frameskip: int = arg(7, "emulator frames per agent step, rewards summed (the article's code: frameskip=7; its "
-                            "text says 8)")
+    frameskip: int = arg(
+        7, "emulator frames per agent step, rewards summed (the article's code: frameskip=7; its text says 8)"
+    )
     repeat_action_probability: float = arg(0.0, "ALE sticky-action probability (the article: 0)")
-    max_points: int = arg(5, "a game ends after this many points played, either side's (SRL's AtariPongProcessor: "
-                             "5 instead of a full game to 21)")
+    max_points: int = arg(
+        5,
+        "a game ends after this many points played, either side's (SRL's AtariPongProcessor: "
+        "5 instead of a full game to 21)",
+    )
 
     def validate(self) -> None:
         super().validate()
         if self.frameskip < 1:
             raise ValueError(f"--frameskip {self.frameskip!r} is invalid: expected a positive integer")
         if not 0.0 <= self.repeat_action_probability <= 1.0:
-            raise ValueError(f"--repeat-action-probability {self.repeat_action_probability!r} is invalid: expected a "
-                             "value in [0, 1]")
+            raise ValueError(
+                f"--repeat-action-probability {self.repeat_action_probability!r} is invalid: expected a value in [0, 1]"
+            )
         if self.max_points < 1:
             raise ValueError(f"--max-points {self.max_points!r} is invalid: expected a positive integer")
 
 
 def env_factory(cfg: PongConfig, record_path=None):
-    return functools.partial(make_env, record_path=record_path, frameskip=cfg.frameskip,
-                             repeat_action_probability=cfg.repeat_action_probability, max_points=cfg.max_points,
-                             stack=cfg.window_length)
+    return functools.partial(
+        make_env,
+        record_path=record_path,
+        frameskip=cfg.frameskip,
+        repeat_action_probability=cfg.repeat_action_probability,
+        max_points=cfg.max_points,
+        stack=cfg.window_length,
+    )
 
 
 def make_policy(cfg, obs_shape, num_actions):
@@ -80,8 +91,9 @@ SPEC = GameSpec(
     make_policy=make_policy,
     make_intrinsic_networks=make_intrinsic_networks,
     level_name=lambda cfg: f"{cfg.max_points}points",
-    checkpoint_name=lambda cfg, step: f"pong_{cfg.agent}.pdparams" if step is None else
-    f"pong_{cfg.agent}_{step}.pdparams",
+    checkpoint_name=lambda cfg, step: (
+        f"pong_{cfg.agent}.pdparams" if step is None else f"pong_{cfg.agent}_{step}.pdparams"
+    ),
     episode_metrics=episode_metrics,
     obs_value_max=255.0,
     action_names=lambda cfg: list(ACTIONS),

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run on the CPU with the real emulators and real Paddle."""
+
 import os
 import sys
 import warnings

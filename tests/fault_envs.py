@@ -4,6 +4,7 @@ Each wraps the real MiniGrid env and misbehaves once, at a given step count of t
 in the first worker process that reaches it: a marker file (``FAULT_MARKER`` in the
 environment) records that the fault happened, so the replacement worker behaves.
 """
+
 from __future__ import annotations
 
 import functools

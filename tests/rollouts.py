@@ -1,4 +1,5 @@
 """One rollout of the real Montezuma trainer, and the comparison of two rollouts (collection tests)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,23 @@ def montezuma_rollout(tmp_path, run_name: str, on_trainer=None, **overrides) -> 
     from common.trainer import Trainer
     from montezuma.train import SPEC, MontezumaConfig
 
-    fields = dict(num_processes=4, num_workers=2, num_local_steps=12, batch_size=2, num_epochs=1,
-                  num_global_steps=48, obs_norm_steps=1, eval_interval=0, video_interval=0, save_interval=0,
-                  histogram_interval=0, embedding_interval=0, log_path=str(tmp_path), run_name=run_name, seed=11)
+    fields = dict(
+        num_processes=4,
+        num_workers=2,
+        num_local_steps=12,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=48,
+        obs_norm_steps=1,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=0,
+        histogram_interval=0,
+        embedding_interval=0,
+        log_path=str(tmp_path),
+        run_name=run_name,
+        seed=11,
+    )
     fields.update(overrides)
     tr = Trainer(SPEC, MontezumaConfig(**fields))
     tr.envs = tr._make_envs()  # as train() does

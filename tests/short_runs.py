@@ -3,6 +3,7 @@
 Imported into ``conftest.py``. Each run is the real trainer (``<game>.train.main``) in this
 process with in-process envs (``--num-workers -1``): 2 envs x 16 steps per update.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,17 +11,61 @@ import os
 import pytest
 
 MARIO_FLAGS = [
-    "--world", "1", "--stage", "1", "--num-processes", "2", "--num-workers", "-1",
-    "--num-local-steps", "16", "--batch-size", "2", "--num-epochs", "1", "--num-global-steps", "64",
-    "--obs-norm-steps", "2", "--eval-interval", "1", "--video-interval", "1", "--max-eval-steps", "40",
-    "--histogram-interval", "1", "--embedding-interval", "1",
+    "--world",
+    "1",
+    "--stage",
+    "1",
+    "--num-processes",
+    "2",
+    "--num-workers",
+    "-1",
+    "--num-local-steps",
+    "16",
+    "--batch-size",
+    "2",
+    "--num-epochs",
+    "1",
+    "--num-global-steps",
+    "64",
+    "--obs-norm-steps",
+    "2",
+    "--eval-interval",
+    "1",
+    "--video-interval",
+    "1",
+    "--max-eval-steps",
+    "40",
+    "--histogram-interval",
+    "1",
+    "--embedding-interval",
+    "1",
 ]
 
 MONTEZUMA_FLAGS = [
-    "--num-envs", "2", "--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2",
-    "--num-epochs", "1", "--num-global-steps", "32", "--obs-norm-steps", "1",
-    "--eval-interval", "1", "--video-interval", "0", "--max-eval-steps", "20",
-    "--histogram-interval", "0", "--embedding-interval", "1",
+    "--num-envs",
+    "2",
+    "--num-workers",
+    "-1",
+    "--num-local-steps",
+    "16",
+    "--batch-size",
+    "2",
+    "--num-epochs",
+    "1",
+    "--num-global-steps",
+    "32",
+    "--obs-norm-steps",
+    "1",
+    "--eval-interval",
+    "1",
+    "--video-interval",
+    "0",
+    "--max-eval-steps",
+    "20",
+    "--histogram-interval",
+    "0",
+    "--embedding-interval",
+    "1",
 ]
 
 

@@ -1,10 +1,10 @@
 """SND-V's augmentations (common/intrinsic/augment.py), real Paddle."""
+
 import numpy as np
 import paddle
 import pytest
 
-from common.intrinsic.augment import (compose, random_conv, random_tile_mask, snd_v_augment,
-                                      tile_mask, uniform_noise)
+from common.intrinsic.augment import compose, random_conv, random_tile_mask, snd_v_augment, tile_mask, uniform_noise
 
 
 def _batch(b=4, c=2, h=84, w=84, seed=0):
@@ -16,8 +16,11 @@ def _batch(b=4, c=2, h=84, w=84, seed=0):
 def test_p_zero_is_identity(fn):
     x = _batch()
     if fn is snd_v_augment:
-        fn = compose(lambda x, r: random_conv(x, r, p=0.0), lambda x, r: random_tile_mask(x, r, p=0.0),
-                     lambda x, r: uniform_noise(x, r, p=0.0))
+        fn = compose(
+            lambda x, r: random_conv(x, r, p=0.0),
+            lambda x, r: random_tile_mask(x, r, p=0.0),
+            lambda x, r: uniform_noise(x, r, p=0.0),
+        )
         y = fn(x, np.random.default_rng(1))
     else:
         y = fn(x, np.random.default_rng(1), p=0.0)
@@ -40,7 +43,7 @@ def test_tile_mask_is_tile_aligned(tile):
     for i in range(len(x)):
         for r in range(0, 84, tile):
             for c in range(0, 84, tile):
-                block = zero[i, 0, r:r + tile, c:c + tile]
+                block = zero[i, 0, r : r + tile, c : c + tile]
                 assert block.all() or not block.any(), f"tile ({r},{c}) partly zeroed"
     kept = ~zero
     np.testing.assert_array_equal(y[kept], x[kept])
@@ -53,13 +56,14 @@ def test_tile_mask_partial_edge_tiles_are_tiles():
     # 3 x 2 tiles (last row of tiles 2 px high, last column 3 px wide)
     for r in range(0, 10, 4):
         for c in range(0, 7, 4):
-            blk = m[r:r + 4, c:c + 4]
+            blk = m[r : r + 4, c : c + 4]
             assert (blk == blk.flat[0]).all()
 
 
 def test_tile_mask_per_sample_probability():
-    y = random_tile_mask(_batch(b=200, c=1, h=16, w=16), np.random.default_rng(0), p=0.5,
-                         tile_sizes=(16,), tile_prob=1.0).numpy()
+    y = random_tile_mask(
+        _batch(b=200, c=1, h=16, w=16), np.random.default_rng(0), p=0.5, tile_sizes=(16,), tile_prob=1.0
+    ).numpy()
     masked = (y.reshape(200, -1) == 0).all(axis=1)
     untouched = (y.reshape(200, -1) != 0).all(axis=1)
     assert (masked | untouched).all()

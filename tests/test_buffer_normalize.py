@@ -1,4 +1,5 @@
 """GAE, returns, minibatches and running statistics against values computed by hand."""
+
 import numpy as np
 import pytest
 
@@ -22,9 +23,9 @@ def test_gae_non_episodic_ignores_dones():
     r = np.array([[1.0], [2.0], [3.0]], np.float32)
     v = np.array([[0.5], [1.0], [1.5], [2.0]], np.float32)
     g, lam = 0.9, 0.8
-    a2 = 3 + .9 * 2 - 1.5
-    a1 = (2 + .9 * 1.5 - 1) + g * lam * a2
-    a0 = (1 + .9 * 1 - .5) + g * lam * a1
+    a2 = 3 + 0.9 * 2 - 1.5
+    a1 = (2 + 0.9 * 1.5 - 1) + g * lam * a2
+    a0 = (1 + 0.9 * 1 - 0.5) + g * lam * a1
     np.testing.assert_allclose(gae(r, v, None, g, lam)[:, 0], [a0, a1, a2], rtol=1e-6)
 
 
@@ -35,8 +36,16 @@ def test_buffer_combines_streams_and_pairs_next_obs():
     for t in range(T):
         done = np.array([t == 1, False], np.float32)
         infos = [{"final_observation": np.full((1, 2, 2), 200, np.uint8)} if done[0] else {}, {}]
-        buf.add(np.array([t, t]), np.zeros(N), np.zeros(N), np.zeros(N), np.ones(N), done,
-                np.full((N, 1, 2, 2), t + 1, np.uint8), infos)
+        buf.add(
+            np.array([t, t]),
+            np.zeros(N),
+            np.zeros(N),
+            np.zeros(N),
+            np.ones(N),
+            done,
+            np.full((N, 1, 2, 2), t + 1, np.uint8),
+            infos,
+        )
     buf.rewards_int[:] = 0.5
     buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), 0.9, 1.0, 0.99, ext_coef=2.0, int_coef=3.0)
     np.testing.assert_allclose(buf.advantages, 2 * buf.adv_ext + 3 * buf.adv_int, rtol=1e-6)
@@ -87,10 +96,19 @@ def test_minibatches_give_the_intrinsic_module_the_frames_it_scores():
     ends = {(1, 0), (3, 2), (4, 1)}  # (t, env) transitions that end an episode
     for t in range(T):
         done = np.array([(t, i) in ends for i in range(N)], np.float32)
-        infos = [{"final_observation": np.full((1, 2, 2), 100 + 10 * t + i, np.uint8)} if done[i] else {}
-                 for i in range(N)]
-        buf.add(np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), done,
-                np.full((N, 1, 2, 2), t + 1, np.uint8), infos)  # the reset frame after an end reads t + 1
+        infos = [
+            {"final_observation": np.full((1, 2, 2), 100 + 10 * t + i, np.uint8)} if done[i] else {} for i in range(N)
+        ]
+        buf.add(
+            np.zeros(N),
+            np.zeros(N),
+            np.zeros(N),
+            np.zeros(N),
+            np.zeros(N),
+            done,
+            np.full((N, 1, 2, 2), t + 1, np.uint8),
+            infos,
+        )  # the reset frame after an end reads t + 1
     scored = buf.next_obs_for_reward().reshape(T * N, 1, 2, 2)
     buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), 0.9, 0.95, 0.99, 1.0, 1.0)
     trained = {}

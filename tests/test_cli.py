@@ -1,4 +1,5 @@
 """End to end through the command lines users type: train, Ctrl-C, play (real emulators, subprocesses)."""
+
 import glob
 import json
 import os
@@ -12,27 +13,77 @@ import pytest
 
 from common.checkpoint import load_checkpoint
 
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 
 def run_script(script, *args, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+        cwd=ROOT,
+    )
 
 
 GAMES = {
-    "mario": ["--world", "1", "--stage", "1", "--num-processes", "2", "--num-local-steps", "64", "--batch-size", "4",
-              "--num-epochs", "1", "--num-global-steps", "256", "--obs-norm-steps", "4", "--max-eval-steps", "100"],
-    "montezuma": ["--num-envs", "8", "--num-local-steps", "16", "--num-global-steps", "256", "--obs-norm-steps", "4",
-                  "--max-eval-steps", "100", "--eval-interval", "1", "--max-episode-steps", "20"],
+    "mario": [
+        "--world",
+        "1",
+        "--stage",
+        "1",
+        "--num-processes",
+        "2",
+        "--num-local-steps",
+        "64",
+        "--batch-size",
+        "4",
+        "--num-epochs",
+        "1",
+        "--num-global-steps",
+        "256",
+        "--obs-norm-steps",
+        "4",
+        "--max-eval-steps",
+        "100",
+    ],
+    "montezuma": [
+        "--num-envs",
+        "8",
+        "--num-local-steps",
+        "16",
+        "--num-global-steps",
+        "256",
+        "--obs-norm-steps",
+        "4",
+        "--max-eval-steps",
+        "100",
+        "--eval-interval",
+        "1",
+        "--max-episode-steps",
+        "20",
+    ],
 }
 
 
 @pytest.mark.parametrize("game", sorted(GAMES))
 def test_train_writes_logs_config_checkpoint_and_play_loads_it(game, tmp_path):
-    res = run_script(f"{game}/train.py", *GAMES[game], "--log-path", str(tmp_path), "--run-name", "smoke",
-                     "--save-interval", "1", "--video-interval", "2")
+    res = run_script(
+        f"{game}/train.py",
+        *GAMES[game],
+        "--log-path",
+        str(tmp_path),
+        "--run-name",
+        "smoke",
+        "--save-interval",
+        "1",
+        "--video-interval",
+        "2",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "smoke"
     cfg = json.loads((run / "config.json").read_text())
@@ -56,10 +107,28 @@ def test_train_writes_logs_config_checkpoint_and_play_loads_it(game, tmp_path):
 
 
 def test_sigint_saves_a_loadable_checkpoint_and_ends_the_workers(tmp_path):
-    args = GAMES["mario"][:-6] + ["--num-global-steps", "1000000", "--obs-norm-steps", "2", "--eval-interval", "0",
-                                  "--save-interval", "0", "--log-path", str(tmp_path), "--run-name", "int"]
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "mario/train.py"), *args], env=ENV, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = GAMES["mario"][:-6] + [
+        "--num-global-steps",
+        "1000000",
+        "--obs-norm-steps",
+        "2",
+        "--eval-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--log-path",
+        str(tmp_path),
+        "--run-name",
+        "int",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "mario/train.py"), *args],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = tmp_path / "int" / "metrics.jsonl"
     children = set()
     deadline = time.time() + 180

@@ -4,6 +4,7 @@ Learner and module tests use tiny networks so that every number can be checked b
 the replay memory is checked against the stacks the real Pong environment returns; the
 entry point runs real (short) Pong training.
 """
+
 import json
 import os
 import subprocess
@@ -47,13 +48,14 @@ def q_numpy(layer, obs):
 def test_double_dqn_targets_by_hand():
     rewards = np.array([1.0, 0.0, -1.0], np.float32)
     terminals = np.array([0.0, 1.0, 0.0], np.float32)
-    q_online = np.array([[1, 3, 2], [5, 0, 0], [0, 1, 4]], np.float32)   # argmax: 1, 0, 2
+    q_online = np.array([[1, 3, 2], [5, 0, 0], [0, 1, 4]], np.float32)  # argmax: 1, 0, 2
     q_target = np.array([[10, 20, 30], [7, 8, 9], [4, 5, 6]], np.float32)
     # double: the online net picks, the target net values: 20, (terminal), 6
     np.testing.assert_allclose(double_dqn_targets(rewards, terminals, q_online, q_target, 0.5), [11.0, 0.0, 2.0])
     # plain DQN: max of the target net: 30, (terminal), 6
-    np.testing.assert_allclose(double_dqn_targets(rewards, terminals, q_online, q_target, 0.5, double=False),
-                               [16.0, 0.0, 2.0])
+    np.testing.assert_allclose(
+        double_dqn_targets(rewards, terminals, q_online, q_target, 0.5, double=False), [16.0, 0.0, 2.0]
+    )
 
 
 def make_learner(interval=2000, double=True, lr=0.01):
@@ -64,7 +66,7 @@ def make_learner(interval=2000, double=True, lr=0.01):
 
 def test_learner_targets_select_with_online_and_value_with_target():
     learner = make_learner()
-    set_linear(learner.q_net, np.eye(4, 3), [0, 0, 0])          # online: Q(s', a) = s'_a
+    set_linear(learner.q_net, np.eye(4, 3), [0, 0, 0])  # online: Q(s', a) = s'_a
     set_linear(learner.target_net, [[1, 2, 3]] * 4, [0, 0, 0])  # target: Q(s', a) = (a + 1) * sum(s')
     next_obs = np.array([[0, 255, 0, 0], [255, 0, 0, 0]], np.uint8).reshape(2, 1, 2, 2)
     y = learner.targets(np.array([0.5, 1.0], np.float32), np.array([0.0, 1.0], np.float32), next_obs)
@@ -72,8 +74,9 @@ def test_learner_targets_select_with_online_and_value_with_target():
     np.testing.assert_allclose(y, [0.5 + 0.9 * 2.0, 1.0], rtol=1e-6)
     plain = make_learner(double=False)
     set_linear(plain.target_net, [[1, 2, 3]] * 4, [0, 0, 0])
-    np.testing.assert_allclose(plain.targets([0.5, 1.0], [0.0, 0.0], next_obs), [0.5 + 0.9 * 3, 1.0 + 0.9 * 3],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        plain.targets([0.5, 1.0], [0.0, 0.0], next_obs), [0.5 + 0.9 * 3, 1.0 + 0.9 * 3], rtol=1e-6
+    )
 
 
 def test_learn_is_huber_on_the_taken_action_and_steps_adam():
@@ -87,7 +90,7 @@ def test_learn_is_huber_on_the_taken_action_and_steps_adam():
     q_online, q_target = q_numpy(learner.q_net, next_obs), q_numpy(learner.target_net, next_obs)
     y = double_dqn_targets(rewards, terminals, q_online, q_target, 0.9)
     err = q_numpy(learner.q_net, obs)[np.arange(4), actions] - y
-    huber = np.where(np.abs(err) < 1, 0.5 * err ** 2, np.abs(err) - 0.5).mean()
+    huber = np.where(np.abs(err) < 1, 0.5 * err**2, np.abs(err) - 0.5).mean()
     before = learner.q_net.fc.weight.numpy().copy()
     out = learner.learn(obs, actions, rewards, terminals, next_obs)
     assert out["q"] == pytest.approx(huber, rel=1e-5)
@@ -103,8 +106,9 @@ def test_target_sync_interval_follows_srl():
     synced_after = []
     for i in range(8):
         obs = rng.integers(0, 256, (4, 1, 2, 2), dtype=np.uint8)
-        out = learner.learn(obs, rng.integers(0, 3, 4), rng.normal(size=4).astype(np.float32),
-                            np.zeros(4, np.float32), obs[::-1].copy())
+        out = learner.learn(
+            obs, rng.integers(0, 3, 4), rng.normal(size=4).astype(np.float32), np.zeros(4, np.float32), obs[::-1].copy()
+        )
         same = np.array_equal(learner.q_net.fc.weight.numpy(), learner.target_net.fc.weight.numpy())
         assert same == bool(out["synced"])
         synced_after.append(bool(out["synced"]))
@@ -134,9 +138,9 @@ def test_conv_net_shapes_and_keras_same_padding():
 # ----------------------------------------------------------------------------- epsilon
 def test_epsilon_schedule_constant_and_linear():
     const = LinearSchedule(0.1)
-    assert const(0) == const(10 ** 9) == 0.1
+    assert const(0) == const(10**9) == 0.1
     lin = LinearSchedule(0.1, initial=1.0, decay_steps=100)
-    assert lin(0) == 1.0 and lin(50) == pytest.approx(0.55) and lin(100) == lin(10 ** 6) == pytest.approx(0.1)
+    assert lin(0) == 1.0 and lin(50) == pytest.approx(0.55) and lin(100) == lin(10**6) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="initial"):
         LinearSchedule(0.1, initial=1.5, decay_steps=10)
     with pytest.raises(ValueError, match="decay_steps"):
@@ -167,8 +171,16 @@ def test_replay_stacks_never_cross_episode_starts():
     mem.add(1, 0.5, False, frame(21))
     mem.add(2, 0.0, False, frame(22))
     firsts = [s[:, 0, 0].tolist() for s in mem.stacks(np.arange(8))]
-    assert firsts == [[0, 0, 0, 10], [0, 0, 10, 11], [0, 10, 11, 12], [10, 11, 12, 13], [11, 12, 13, 14],
-                      [0, 0, 0, 20], [0, 0, 20, 21], [0, 20, 21, 22]]
+    assert firsts == [
+        [0, 0, 0, 10],
+        [0, 0, 10, 11],
+        [0, 10, 11, 12],
+        [10, 11, 12, 13],
+        [11, 12, 13, 14],
+        [0, 0, 0, 20],
+        [0, 0, 20, 21],
+        [0, 20, 21, 22],
+    ]
     assert mem.frames.dtype == np.uint8
     assert len(mem) == 6 and mem.num_states == 8  # the terminal frame 14 and the newest 22 start no transition
 
@@ -377,9 +389,26 @@ def test_pong_env_does_not_import_paddle():
 
 
 # ----------------------------------------------------------------------------- the entry point
-TINY = ["--memory-capacity", "300", "--memory-warmup-size", "100", "--batch-size", "8", "--max-points", "1",
-        "--eval-interval", "40", "--max-eval-steps", "100", "--video-interval", "1", "--log-interval", "20",
-        "--save-interval", "0"]
+TINY = [
+    "--memory-capacity",
+    "300",
+    "--memory-warmup-size",
+    "100",
+    "--batch-size",
+    "8",
+    "--max-points",
+    "1",
+    "--eval-interval",
+    "40",
+    "--max-eval-steps",
+    "100",
+    "--video-interval",
+    "1",
+    "--log-interval",
+    "20",
+    "--save-interval",
+    "0",
+]
 
 
 def tags_of(run_dir):
@@ -387,26 +416,46 @@ def tags_of(run_dir):
         return {json.loads(line)["tag"] for line in f}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agent", ["dqn", "dqn-e0", "snd"])
 def test_tiny_real_pong_run_through_the_entry_point(agent, tmp_path):
     from pong.train import main
 
-    res = main(["--agent", agent, "--train-steps", "80" if agent != "snd" else "40", *TINY,
-                "--log-path", str(tmp_path), "--run-name", agent])
+    res = main(
+        [
+            "--agent",
+            agent,
+            "--train-steps",
+            "80" if agent != "snd" else "40",
+            *TINY,
+            "--log-path",
+            str(tmp_path),
+            "--run-name",
+            agent,
+        ]
+    )
     steps = 80 if agent != "snd" else 40
     assert res["train_steps"] == steps and res["env_steps"] >= 100 + steps - 1 and os.path.exists(res["checkpoint"])
     cfg = json.loads((tmp_path / agent / "config.json").read_text())
     assert cfg["epsilon"] == {"dqn": 0.1, "dqn-e0": 0.0, "snd": 0.0}[agent] and cfg["frameskip"] == 7
     tags = tags_of(res["run_dir"])
-    assert {"episode/return", "episode/length", "eval/return", "losses/q", "charts/target_syncs",
-            "perf/train_steps_per_sec"} <= tags
-    assert ({"losses/snd_target", "losses/forward", "intrinsic/reward_mean", "episode/intrinsic_return"} <= tags) \
-        == (agent == "snd")
+    assert {
+        "episode/return",
+        "episode/length",
+        "eval/return",
+        "losses/q",
+        "charts/target_syncs",
+        "perf/train_steps_per_sec",
+    } <= tags
+    assert ({"losses/snd_target", "losses/forward", "intrinsic/reward_mean", "episode/intrinsic_return"} <= tags) == (
+        agent == "snd"
+    )
     assert os.listdir(tmp_path / agent / "videos")
     state = load_checkpoint(res["checkpoint"])
     assert state["game"] == "pong" and state["agent"] == agent and state["learner"]["train_count"] == steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("save_replay", [True, False])
 def test_resume_continues_counters_and_replay_policy(save_replay, tmp_path):
     from common.dqn_trainer import DQNTrainer
@@ -419,22 +468,43 @@ def test_resume_continues_counters_and_replay_policy(save_replay, tmp_path):
     state = load_checkpoint(first["checkpoint"])
     assert (state["replay"] is not None) == save_replay
     assert state["intrinsic"]["name"] == "snd-v-dqn" and state["env_steps"] == first["env_steps"]
-    cfg = PongConfig(agent="snd", memory_capacity=300, memory_warmup_size=100, batch_size=8, max_points=1,
-                     eval_interval=0, log_path=str(tmp_path), run_name="b", train_steps=30, resume=first["checkpoint"])
+    cfg = PongConfig(
+        agent="snd",
+        memory_capacity=300,
+        memory_warmup_size=100,
+        batch_size=8,
+        max_points=1,
+        eval_interval=0,
+        log_path=str(tmp_path),
+        run_name="b",
+        train_steps=30,
+        resume=first["checkpoint"],
+    )
     trainer = DQNTrainer(SPEC, cfg)
     assert trainer.train_count == 20 and trainer.env_steps == first["env_steps"]
     if save_replay:
         assert trainer.memory.written == state["replay"]["written"] and len(trainer.memory) >= 100
     else:
         assert trainer.memory.written == 0  # documented: the memory starts empty and warms up again
-    np.testing.assert_array_equal(trainer.learner.q_net.state_dict()["head.0.weight"].numpy(),
-                                  state["policy"]["head.0.weight"].numpy())
+    np.testing.assert_array_equal(
+        trainer.learner.q_net.state_dict()["head.0.weight"].numpy(), state["policy"]["head.0.weight"].numpy()
+    )
     res = trainer.train()
     assert res["train_steps"] == 30
     assert res["env_steps"] == first["env_steps"] + (10 if save_replay else 109)  # empty: 100 warm-up steps first
     with pytest.raises(CheckpointError, match="agent"):
-        DQNTrainer(SPEC, PongConfig(agent="dqn", memory_capacity=300, memory_warmup_size=100, batch_size=8,
-                                    log_path=str(tmp_path), run_name="c", resume=first["checkpoint"]))
+        DQNTrainer(
+            SPEC,
+            PongConfig(
+                agent="dqn",
+                memory_capacity=300,
+                memory_warmup_size=100,
+                batch_size=8,
+                log_path=str(tmp_path),
+                run_name="c",
+                resume=first["checkpoint"],
+            ),
+        )
 
 
 def test_help_names_the_sources_and_bad_values_are_refused(capsys):
@@ -443,40 +513,73 @@ def test_help_names_the_sources_and_bad_values_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for source in ("runner.train(max_train_count=100_000)", "frameskip=7", "0.0005", "2,000", "int_reward_scale",
-                   "10,000", "--agent {dqn,dqn-e0,snd}"):
+    for source in (
+        "runner.train(max_train_count=100_000)",
+        "frameskip=7",
+        "0.0005",
+        "2,000",
+        "int_reward_scale",
+        "10,000",
+        "--agent {dqn,dqn-e0,snd}",
+    ):
         assert source in text, source
-    for bad, needle in ((["--agent", "snd", "--batch-size", "7"], "batch-size"),
-                        (["--memory-warmup-size", "20000"], "memory-warmup-size"),
-                        (["--epsilon", "1.5"], "epsilon"), (["--snd-distill-pairing", "cross"], "snd-distill-pairing"),
-                        (["--lr", "inf"], "--lr inf is invalid")):
+    for bad, needle in (
+        (["--agent", "snd", "--batch-size", "7"], "batch-size"),
+        (["--memory-warmup-size", "20000"], "memory-warmup-size"),
+        (["--epsilon", "1.5"], "epsilon"),
+        (["--snd-distill-pairing", "cross"], "snd-distill-pairing"),
+        (["--lr", "inf"], "--lr inf is invalid"),
+    ):
         with pytest.raises(SystemExit):
             main(bad)
         assert needle in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_same_seed_repeats_exactly(tmp_path):
     from pong.train import main
 
     flags = ["--agent", "snd", *TINY, "--eval-interval", "0", "--train-steps", "15", "--log-path", str(tmp_path)]
     a = load_checkpoint(main(flags + ["--run-name", "a"])["checkpoint"])
     b = load_checkpoint(main(flags + ["--run-name", "b"])["checkpoint"])
-    for nets_a, nets_b in ((a["policy"], b["policy"]), (a["intrinsic"]["target"], b["intrinsic"]["target"]),
-                           (a["intrinsic"]["predictor"], b["intrinsic"]["predictor"])):
+    for nets_a, nets_b in (
+        (a["policy"], b["policy"]),
+        (a["intrinsic"]["target"], b["intrinsic"]["target"]),
+        (a["intrinsic"]["predictor"], b["intrinsic"]["predictor"]),
+    ):
         for name, value in nets_a.items():
             np.testing.assert_array_equal(value.numpy(), nets_b[name].numpy(), err_msg=name)
     np.testing.assert_array_equal(a["replay"]["frames"], b["replay"]["frames"])
 
 
+@pytest.mark.slow
 def test_sigint_saves_a_loadable_checkpoint(tmp_path):
     import signal
     import time
 
-    args = ["--agent", "dqn", *TINY, "--eval-interval", "0", "--log-interval", "5", "--train-steps", "1000000",
-            "--log-path", str(tmp_path), "--run-name", "int"]
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "pong", "train.py"), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    args = [
+        "--agent",
+        "dqn",
+        *TINY,
+        "--eval-interval",
+        "0",
+        "--log-interval",
+        "5",
+        "--train-steps",
+        "1000000",
+        "--log-path",
+        str(tmp_path),
+        "--run-name",
+        "int",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "pong", "train.py"), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     metrics = tmp_path / "int" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (metrics.exists() and "losses/q" in metrics.read_text()):

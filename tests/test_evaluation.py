@@ -1,4 +1,5 @@
 """The greedy eval in a background process: same results as in the trainer, faults surface, success checkpoint."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,21 +14,42 @@ pytest.importorskip("paddle")
 from common.checkpoint import load_checkpoint  # noqa: E402
 from common.evaluation import BackgroundEvaluator, EvalProcessError, spec_module  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
-from mario.train import SPEC as MARIO, MarioConfig  # noqa: E402
+from mario.train import SPEC as MARIO  # noqa: E402
+from mario.train import MarioConfig
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 
 def tiny(tmp_path, **kw):
-    base = dict(world=1, stage=1, num_processes=2, num_workers=-1, num_local_steps=8, batch_size=2, num_epochs=1,
-                num_global_steps=48, obs_norm_steps=2, eval_interval=1, video_interval=0, save_interval=0,
-                max_eval_steps=30, histogram_interval=0, embedding_interval=0, log_path=str(tmp_path))
+    base = dict(
+        world=1,
+        stage=1,
+        num_processes=2,
+        num_workers=-1,
+        num_local_steps=8,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=48,
+        obs_norm_steps=2,
+        eval_interval=1,
+        video_interval=0,
+        save_interval=0,
+        max_eval_steps=30,
+        histogram_interval=0,
+        embedding_interval=0,
+        log_path=str(tmp_path),
+    )
     base.update(kw)
     return MarioConfig(**base)
 
 
 def eval_records(run_dir):
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    return sorted((r["tag"], r["step"], round(r["value"], 3)) for r in rows
-                  if r["tag"].startswith("eval/") or r["tag"].startswith("Eval"))
+    return sorted(
+        (r["tag"], r["step"], round(r["value"], 3))
+        for r in rows
+        if r["tag"].startswith("eval/") or r["tag"].startswith("Eval")
+    )
 
 
 def test_background_eval_logs_what_the_in_process_eval_logs(tmp_path):
@@ -44,8 +66,10 @@ def test_success_checkpoint_holds_the_evaluated_policy(tmp_path):
     spec = dataclasses.replace(MARIO, eval_success=lambda info: True)  # every eval "solves" the level
     result = Trainer(spec, tiny(tmp_path, eval_interval=2, save_interval=1)).train()  # evals after update 2 only
     models = os.path.join(result["run_dir"], "models")
-    solved, second = load_checkpoint(os.path.join(models, "mario_1_1.pdparams")), \
-        load_checkpoint(os.path.join(models, "mario_1_1_2.pdparams"))
+    solved, second = (
+        load_checkpoint(os.path.join(models, "mario_1_1.pdparams")),
+        load_checkpoint(os.path.join(models, "mario_1_1_2.pdparams")),
+    )
     assert solved["update"] == 2 and result["update"] == 3
     for k, v in second["policy"].items():
         np.testing.assert_array_equal(np.asarray(solved["policy"][k]), np.asarray(v))
@@ -87,13 +111,44 @@ def test_sigint_with_an_eval_in_flight_ends_every_process(tmp_path):
     import psutil
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    args = ["--world", "1", "--stage", "1", "--num-processes", "2", "--num-local-steps", "32", "--batch-size", "2",
-            "--num-epochs", "1", "--num-global-steps", "100000", "--obs-norm-steps", "2", "--eval-interval", "1",
-            "--video-interval", "0", "--save-interval", "0", "--max-eval-steps", "20000",
-            "--log-path", str(tmp_path), "--run-name", "int"]
-    proc = subprocess.Popen([sys.executable, os.path.join(root, "mario/train.py"), *args], cwd=root,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = [
+        "--world",
+        "1",
+        "--stage",
+        "1",
+        "--num-processes",
+        "2",
+        "--num-local-steps",
+        "32",
+        "--batch-size",
+        "2",
+        "--num-epochs",
+        "1",
+        "--num-global-steps",
+        "100000",
+        "--obs-norm-steps",
+        "2",
+        "--eval-interval",
+        "1",
+        "--video-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--max-eval-steps",
+        "20000",
+        "--log-path",
+        str(tmp_path),
+        "--run-name",
+        "int",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(root, "mario/train.py"), *args],
+        cwd=root,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = tmp_path / "int" / "metrics.jsonl"
     children = set()
     deadline = time.time() + 240

@@ -1,4 +1,5 @@
 """benchmarks/exploration.py: a real --quick suite, per-run summaries, and a report rebuilt from them alone."""
+
 import json
 import os
 import shutil
@@ -6,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -13,6 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import exploration  # noqa: E402
 
 
+@pytest.mark.slow
 def test_quick_suite_writes_summaries_and_the_report_rebuilds_from_them(tmp_path):
     out = tmp_path / "suite"
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
@@ -55,8 +58,10 @@ def test_windowed_success_and_bootstrap_by_hand():
 
 def test_plan_order_and_budgets():
     runs = exploration.planned(exploration.PLAN, {t: v[1] for t, v in exploration.TASKS.items()})
-    assert runs[:2] == [("keycorridor", "none", 0, exploration.TASKS["keycorridor"][1]),
-                        ("keycorridor", "rnd", 0, exploration.TASKS["keycorridor"][1])]
+    assert runs[:2] == [
+        ("keycorridor", "none", 0, exploration.TASKS["keycorridor"][1]),
+        ("keycorridor", "rnd", 0, exploration.TASKS["keycorridor"][1]),
+    ]
     assert exploration.TASKS["keycorridor"][1] >= 1_500_000 and exploration.TASKS["doorkey8"][1] >= 1_000_000
     assert all(v[1] % exploration.ROLLOUT == 0 for v in exploration.TASKS.values())
     cells = {}

@@ -7,6 +7,7 @@ target under ``no_grad``. Reference: the same parameters run through the plain P
 layers (``Conv2D`` then ``ReLU``/``LeakyReLU``), and the tutorial's ``Categorical`` +
 ``tril``/``triu`` log-probabilities.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +22,11 @@ import common.cpu.onednn as onednn_conv  # noqa: E402
 from common.cpu.fused import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.intrinsic.networks import ConvFeatureNet  # noqa: E402
+from common.ppo import PPO, log_prob_entropy  # noqa: E402
 from mario.model import MARIO  # noqa: E402
 from montezuma.model import RNDPolicy  # noqa: E402
-from common.ppo import PPO, log_prob_entropy  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -40,7 +43,7 @@ def shards(request, monkeypatch):
 
 def _plain_run(layer, x):
     """Every layer called as is, one after another: the plain Paddle layers, no fusing, no shards."""
-    for m in (layer if isinstance(layer, (list, tuple, paddle.nn.Sequential)) else [layer]):
+    for m in layer if isinstance(layer, (list, tuple, paddle.nn.Sequential)) else [layer]:
         x = m(x)
     return x
 
@@ -61,10 +64,16 @@ def _plain(monkeypatch):
 
 def _batch(rng, n=24, actions=7):
     obs = rng.integers(0, 256, size=(n + 1, 4, 84, 84), dtype=np.uint8)
-    return {"obs": obs[:-1], "next_obs": obs[1:], "actions": rng.integers(0, actions, n).astype(np.int64),
-            "log_probs": np.full(n, -np.log(actions), np.float32) + rng.normal(0, 0.1, n).astype(np.float32),
-            "advantages": rng.normal(size=n).astype(np.float32), "ret_ext": rng.normal(size=n).astype(np.float32),
-            "ret_int": rng.normal(size=n).astype(np.float32), "dones": np.zeros(n, np.float32)}
+    return {
+        "obs": obs[:-1],
+        "next_obs": obs[1:],
+        "actions": rng.integers(0, actions, n).astype(np.int64),
+        "log_probs": np.full(n, -np.log(actions), np.float32) + rng.normal(0, 0.1, n).astype(np.float32),
+        "advantages": rng.normal(size=n).astype(np.float32),
+        "ret_ext": rng.normal(size=n).astype(np.float32),
+        "ret_int": rng.normal(size=n).astype(np.float32),
+        "dones": np.zeros(n, np.float32),
+    }
 
 
 def _grads(layer):
@@ -78,8 +87,16 @@ def _ppo_and_rnd_step(batch):
     policy = MARIO(4, 7)
     from mario.rnd_model import make_rnd_networks
 
-    rnd = make_intrinsic("rnd", lambda c: make_rnd_networks(c), (4, 84, 84), 4, lr=1e-4, update_proportion=0.25,
-                         max_grad_norm=0.5, seed=1)
+    rnd = make_intrinsic(
+        "rnd",
+        lambda c: make_rnd_networks(c),
+        (4, 84, 84),
+        4,
+        lr=1e-4,
+        update_proportion=0.25,
+        max_grad_norm=0.5,
+        seed=1,
+    )
     rnd.observe(batch["obs"])
     ppo = PPO(policy, lr=4e-5, epsilon=0.2, beta=0.01, vf_coef=1.0, max_grad_norm=0.5)
     total, terms = ppo.loss(batch)
@@ -150,8 +167,11 @@ def test_conv_stack_shards_match_layers(batch, monkeypatch):
     monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
     monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
     paddle.seed(7)
-    convs = [paddle.nn.Conv2D(4, 8, 8, stride=4), paddle.nn.Conv2D(8, 16, 3, stride=2, padding=1),
-             paddle.nn.Conv2D(16, 16, 3, stride=1)]
+    convs = [
+        paddle.nn.Conv2D(4, 8, 8, stride=4),
+        paddle.nn.Conv2D(8, 16, 3, stride=2, padding=1),
+        paddle.nn.Conv2D(16, 16, 3, stride=1),
+    ]
     layers = [(convs[0], 0.01), (convs[1], 0.0), (convs[2], 0.01)]
     x = paddle.rand([batch, 4, 36, 36])
     results = []
@@ -163,8 +183,11 @@ def test_conv_stack_shards_match_layers(batch, monkeypatch):
                 xx.stop_gradient = not needs_x_grad
                 out, kept = conv_stack(layers, xx, keep=1)
                 ((out * out).sum() + kept.sum()).backward()
-                results.append([out.numpy(), kept.numpy()] + [p.grad.numpy() for c in convs for p in (c.weight, c.bias)]
-                               + ([xx.grad.numpy()] if needs_x_grad else []))
+                results.append(
+                    [out.numpy(), kept.numpy()]
+                    + [p.grad.numpy() for c in convs for p in (c.weight, c.bias)]
+                    + ([xx.grad.numpy()] if needs_x_grad else [])
+                )
                 for c in convs:
                     c.clear_gradients()
             with paddle.no_grad():
@@ -192,8 +215,11 @@ def test_small_batches_are_not_split(monkeypatch, kernels):
         if not onednn_conv.available():
             pytest.skip("no oneDNN in this Paddle")
         real = fast_ops._dnnl_forward
-        monkeypatch.setattr(fast_ops, "_dnnl_forward", lambda specs, shards, *a: calls.append(len(shards) if len(
-            shards) > 1 else None) or real(specs, shards, *a))
+        monkeypatch.setattr(
+            fast_ops,
+            "_dnnl_forward",
+            lambda specs, shards, *a: calls.append(len(shards) if len(shards) > 1 else None) or real(specs, shards, *a),
+        )
     conv = paddle.nn.Conv2D(4, 8, 3)
     side = 64  # 4 x 64 x 64 = 16,384 elements per sample
     per_sample = 4 * side * side
@@ -217,8 +243,11 @@ def test_set_num_shards_rejects_zero():
         set_num_shards(0)
 
 
-@pytest.mark.skipif(not paddle.__version__.startswith("3"), reason="the tutorial's tril/triu trick needs Paddle 3's "
-                    "Categorical.log_prob, which returns [N, N] for [N] actions (2.6 refuses the shapes)")
+@pytest.mark.skipif(
+    not paddle.__version__.startswith("3"),
+    reason="the tutorial's tril/triu trick needs Paddle 3's "
+    "Categorical.log_prob, which returns [N, N] for [N] actions (2.6 refuses the shapes)",
+)
 def test_log_prob_matches_tutorial_tril_triu():
     """The tutorial's Categorical(softmax) + tril/triu diagonal equals log_softmax + take_along_axis."""
     from paddle.distribution import Categorical
@@ -241,8 +270,9 @@ def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
         pytest.skip("no oneDNN in this Paddle")
     used = []
     real = fast_ops._dnnl_forward
-    monkeypatch.setattr(fast_ops, "_dnnl_forward", lambda specs, shards, *a: used.append(len(shards)) or real(
-        specs, shards, *a))
+    monkeypatch.setattr(
+        fast_ops, "_dnnl_forward", lambda specs, shards, *a: used.append(len(shards)) or real(specs, shards, *a)
+    )
     monkeypatch.setattr(fast_ops, "MIN_SHARD", 1)
     monkeypatch.setattr(fast_ops, "MIN_SHARD_ELEMENTS", 1)
     paddle.seed(11)

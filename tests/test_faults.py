@@ -6,6 +6,7 @@ mounted when the tests run as root), real command lines. ``FAULTS`` describes ea
 ``benchmarks/reliability.py`` runs this file and writes ``docs/reliability.md`` from the
 outcome of every test, so the table says what was checked, not what was hoped.
 """
+
 from __future__ import annotations
 
 import glob
@@ -25,7 +26,10 @@ import pytest
 from common.checkpoint import CheckpointError, UnsafeCheckpointError, load_checkpoint, nonfinite_tensors
 from common.logger import read_metrics
 from common.trainer import NonFiniteLossError, RunStoppedError, Trainer
-from gridworld.train import SPEC as GRID, GridConfig
+from gridworld.train import SPEC as GRID
+from gridworld.train import GridConfig
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -38,20 +42,41 @@ def fault(what: str, does: str, kept: str):
     def mark(fn):
         FAULTS[fn.__name__] = (what, does, kept)
         return fn
+
     return mark
 
 
 def grid_cfg(tmp_path, **kw):
-    base = dict(num_processes=2, num_workers=-1, num_local_steps=8, batch_size=2, num_epochs=1,
-                num_global_steps=48, obs_norm_steps=1, eval_interval=0, video_interval=0, save_interval=1,
-                histogram_interval=0, embedding_interval=0, num_threads=1, log_path=str(tmp_path), run_name="g")
+    base = dict(
+        num_processes=2,
+        num_workers=-1,
+        num_local_steps=8,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=48,
+        obs_norm_steps=1,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=1,
+        histogram_interval=0,
+        embedding_interval=0,
+        num_threads=1,
+        log_path=str(tmp_path),
+        run_name="g",
+    )
     base.update(kw)
     return GridConfig(**base)
 
 
 def script(path, *args, timeout=300, env=None):
-    return subprocess.run([sys.executable, os.path.join(ROOT, path), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or ENV, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or ENV,
+        cwd=ROOT,
+    )
 
 
 def checkpoints(folder):
@@ -84,16 +109,21 @@ ENTRY_POINTS = [
 ]
 
 
-@fault("a crafted .pdparams whose unpickling runs a shell command, given to every entry point that loads a "
-       "file (--resume of the three train.py, --checkpoint of the three play.py)",
-       "refuses it before anything in it runs: 'refusing to load ...: it asks to load posix.system', exit 1",
-       "nothing runs; no run folder is created")
+@fault(
+    "a crafted .pdparams whose unpickling runs a shell command, given to every entry point that loads a "
+    "file (--resume of the three train.py, --checkpoint of the three play.py)",
+    "refuses it before anything in it runs: 'refusing to load ...: it asks to load posix.system', exit 1",
+    "nothing runs; no run folder is created",
+)
 @pytest.mark.parametrize("entry, game, flag", ENTRY_POINTS, ids=[e[0] for e in ENTRY_POINTS])
 def test_malicious_checkpoint_is_refused_by_every_entry_point(entry, game, flag, tmp_path):
     evil, marker = tmp_path / "evil.pdparams", tmp_path / "pwned"
     _evil_checkpoint(evil, marker, game)
-    res = script(entry, *flag, str(evil), "--log-path", str(tmp_path / "runs")) if "train" in entry else \
-        script(entry, *flag, str(evil))
+    res = (
+        script(entry, *flag, str(evil), "--log-path", str(tmp_path / "runs"))
+        if "train" in entry
+        else script(entry, *flag, str(evil))
+    )
     assert not marker.exists(), "the checkpoint ran its command"
     assert res.returncode != 0 and "refusing to load" in res.stderr and "system" in res.stderr, res.stderr[-2000:]
     assert not (tmp_path / "runs").exists()
@@ -121,6 +151,7 @@ def test_safe_loader_reads_what_paddle_load_reads(tmp_path):
             np.testing.assert_array_equal(a, b)
         else:
             assert a == b and type(a) is type(b)
+
     same(ours, theirs)
     with pytest.raises(UnsafeCheckpointError, match="builtins.eval"):
         with open(tmp_path / "e.pdparams", "wb") as f:
@@ -133,8 +164,11 @@ class _Eval:
         return (eval, ("1 + 1",))
 
 
-@fault("a checkpoint without its 'optimizer' or 'config' entry given to --resume",
-       "CheckpointError naming the file and the missing entries, exit 1", "no run folder is created")
+@fault(
+    "a checkpoint without its 'optimizer' or 'config' entry given to --resume",
+    "CheckpointError naming the file and the missing entries, exit 1",
+    "no run folder is created",
+)
 def test_incomplete_checkpoint_is_named(tmp_path):
     t = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=16))
     state = load_checkpoint(t.train()["checkpoint"])
@@ -148,19 +182,24 @@ def test_incomplete_checkpoint_is_named(tmp_path):
 
 
 # ------------------------------------------------------------------------------- updates
-@fault("--lr inf, --lr nan, --target-lr inf", "refused by the flag check: '--lr inf is invalid: expected a finite "
-       "number', exit 2", "nothing is started")
+@fault(
+    "--lr inf, --lr nan, --target-lr inf",
+    "refused by the flag check: '--lr inf is invalid: expected a finite number', exit 2",
+    "nothing is started",
+)
 def test_nonfinite_learning_rates_are_refused():
     for flag, value in (("--lr", "inf"), ("--lr", "nan"), ("--target-lr", "inf"), ("--lr", "-1")):
         res = script("gridworld/train.py", flag, value)
         assert res.returncode == 2 and f"{flag} {value if value != '-1' else '-1.0'}" in res.stderr, res.stderr
 
 
-@fault("--lr 1e30: every update's steps push weights to inf/NaN",
-       "each update is rolled back as a whole (policy, optimizer, intrinsic module) and counted in "
-       "charts/nonfinite_skipped; after --max-nan-updates in a row the run stops with an error naming the last good "
-       "checkpoint, exit 1", "a finite checkpoint of the last good state (here the initial one); no non-finite "
-       "checkpoint is ever written")
+@fault(
+    "--lr 1e30: every update's steps push weights to inf/NaN",
+    "each update is rolled back as a whole (policy, optimizer, intrinsic module) and counted in "
+    "charts/nonfinite_skipped; after --max-nan-updates in a row the run stops with an error naming the last good "
+    "checkpoint, exit 1",
+    "a finite checkpoint of the last good state (here the initial one); no non-finite checkpoint is ever written",
+)
 def test_exploding_updates_are_rolled_back_and_never_saved(tmp_path):
     t = Trainer(GRID, grid_cfg(tmp_path, lr=1e30, max_nan_updates=2, num_global_steps=160))
     start = [p.numpy().copy() for p in t.policy.parameters()]
@@ -179,17 +218,22 @@ def test_exploding_updates_are_rolled_back_and_never_saved(tmp_path):
     assert values.max() == 2  # the update that stopped the run is counted
 
 
-@fault("a run whose updates go non-finite fewer times than --max-nan-updates",
-       "the bad updates are rolled back, the run finishes, exit 0", "every checkpoint finite")
+@fault(
+    "a run whose updates go non-finite fewer times than --max-nan-updates",
+    "the bad updates are rolled back, the run finishes, exit 0",
+    "every checkpoint finite",
+)
 def test_a_rolled_back_update_leaves_the_state_exactly_as_before(tmp_path):
     t = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=32))
     t.train()
-    before = [p.numpy().copy() for p in t.policy.parameters()] + \
-        [p.numpy().copy() for p in t.intrinsic.predictor.parameters()]
-    opt_before = {k: v.numpy().copy() for k, v in t.ppo.optimizer.state_dict().items()
-                  if isinstance(v, paddle.Tensor)}
-    t2 = Trainer(GRID, grid_cfg(tmp_path, run_name="r", resume=t.last_checkpoint, num_global_steps=64, lr=1e30,
-                                max_nan_updates=5))
+    before = [p.numpy().copy() for p in t.policy.parameters()] + [
+        p.numpy().copy() for p in t.intrinsic.predictor.parameters()
+    ]
+    opt_before = {k: v.numpy().copy() for k, v in t.ppo.optimizer.state_dict().items() if isinstance(v, paddle.Tensor)}
+    t2 = Trainer(
+        GRID,
+        grid_cfg(tmp_path, run_name="r", resume=t.last_checkpoint, num_global_steps=64, lr=1e30, max_nan_updates=5),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = t2.train()
@@ -204,15 +248,20 @@ def test_a_rolled_back_update_leaves_the_state_exactly_as_before(tmp_path):
 
 
 # ------------------------------------------------------------------------------- workers
-@fault("an env worker process killed (SIGKILL) mid-rollout, restarts disabled (--max-worker-restarts 0)",
-       "EnvWorkerError naming the worker, its envs and the signal; the run saves and stops with an error naming the "
-       "file and how to --resume, exit 1", "the state of the last completed update")
+@fault(
+    "an env worker process killed (SIGKILL) mid-rollout, restarts disabled (--max-worker-restarts 0)",
+    "EnvWorkerError naming the worker, its envs and the signal; the run saves and stops with an error naming the "
+    "file and how to --resume, exit 1",
+    "the state of the last completed update",
+)
 def test_dead_worker_without_restarts_saves_the_last_update(tmp_path, monkeypatch):
     from fault_envs import flaky_spec
 
     monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "died"))
-    t = Trainer(flaky_spec("die", at_step=20), grid_cfg(tmp_path, num_workers=1, max_worker_restarts=0,
-                                                        save_interval=0, num_global_steps=160))
+    t = Trainer(
+        flaky_spec("die", at_step=20),
+        grid_cfg(tmp_path, num_workers=1, max_worker_restarts=0, save_interval=0, num_global_steps=160),
+    )
     with pytest.raises(RunStoppedError, match=r"EnvWorkerError.*died.*SIGKILL") as err:
         t.train()
     assert (tmp_path / "died").exists()
@@ -221,9 +270,12 @@ def test_dead_worker_without_restarts_saves_the_last_update(tmp_path, monkeypatc
     assert state["update"] == t.update == 2  # env step 20 falls in update 3 (8 steps per update)
 
 
-@fault("an env worker process killed (SIGKILL) mid-rollout (default --max-worker-restarts 3)",
-       "the worker is replaced (its envs start fresh episodes, the lost step ends them), logged as "
-       "charts/worker_restarts; the run goes on and finishes, exit 0", "everything")
+@fault(
+    "an env worker process killed (SIGKILL) mid-rollout (default --max-worker-restarts 3)",
+    "the worker is replaced (its envs start fresh episodes, the lost step ends them), logged as "
+    "charts/worker_restarts; the run goes on and finishes, exit 0",
+    "everything",
+)
 def test_dead_worker_is_replaced_and_the_run_goes_on(tmp_path, monkeypatch):
     from fault_envs import flaky_spec
 
@@ -235,15 +287,18 @@ def test_dead_worker_is_replaced_and_the_run_goes_on(tmp_path, monkeypatch):
     assert restarts[-1] == 1
 
 
-@fault("an env worker that hangs in a step (--worker-timeout 3)",
-       "after the timeout the worker is killed and replaced, logged as charts/worker_restarts; the run finishes",
-       "everything")
+@fault(
+    "an env worker that hangs in a step (--worker-timeout 3)",
+    "after the timeout the worker is killed and replaced, logged as charts/worker_restarts; the run finishes",
+    "everything",
+)
 def test_hung_worker_is_replaced(tmp_path, monkeypatch):
     from fault_envs import flaky_spec
 
     monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "hung"))
-    t = Trainer(flaky_spec("hang", at_step=12), grid_cfg(tmp_path, num_workers=1, worker_timeout=3.0,
-                                                         num_global_steps=48))
+    t = Trainer(
+        flaky_spec("hang", at_step=12), grid_cfg(tmp_path, num_workers=1, worker_timeout=3.0, num_global_steps=48)
+    )
     start = time.monotonic()
     result = t.train()
     assert (tmp_path / "hung").exists() and result["update"] == 3
@@ -251,14 +306,19 @@ def test_hung_worker_is_replaced(tmp_path, monkeypatch):
     assert read_metrics(t.run_dir)["charts/worker_restarts"][1][-1] == 1
 
 
-@fault("env workers that keep dying, more often than --max-worker-restarts",
-       "replaced --max-worker-restarts times, then the run saves and stops with an error saying the restarts are "
-       "used up, exit 1", "the state of the last completed update")
+@fault(
+    "env workers that keep dying, more often than --max-worker-restarts",
+    "replaced --max-worker-restarts times, then the run saves and stops with an error saying the restarts are "
+    "used up, exit 1",
+    "the state of the last completed update",
+)
 def test_restart_budget_runs_out(tmp_path, monkeypatch):
     from fault_envs import flaky_spec
 
-    t = Trainer(flaky_spec("die-always", at_step=11), grid_cfg(tmp_path, num_workers=1, max_worker_restarts=2,
-                                                               save_interval=0, num_global_steps=160))
+    t = Trainer(
+        flaky_spec("die-always", at_step=11),
+        grid_cfg(tmp_path, num_workers=1, max_worker_restarts=2, save_interval=0, num_global_steps=160),
+    )
     with pytest.raises(RunStoppedError, match="after 2 worker restarts, the most allowed") as err:
         t.train()
     assert load_checkpoint(err.value.checkpoint)["update"] == t.update
@@ -279,15 +339,41 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-@fault("the disk fills up during a run (a 512 KB filesystem as --log-path)",
-       "the run stops with an error naming the file that could not be written and the flag that chose its folder "
-       "(--log-path), exit 1", "what was written before; metrics.jsonl stays readable (a truncated last line is "
-       "skipped with a warning)")
+@fault(
+    "the disk fills up during a run (a 512 KB filesystem as --log-path)",
+    "the run stops with an error naming the file that could not be written and the flag that chose its folder "
+    "(--log-path), exit 1",
+    "what was written before; metrics.jsonl stays readable (a truncated last line is skipped with a warning)",
+)
 def test_full_disk_names_the_file_and_the_flag(tiny_disk):
-    res = script("gridworld/train.py", "--num-processes", "2", "--num-local-steps", "64", "--batch-size", "2",
-                 "--num-epochs", "1", "--num-global-steps", "100000", "--eval-interval", "0", "--video-interval",
-                 "0", "--save-interval", "1", "--obs-norm-steps", "1", "--num-threads", "1",
-                 "--log-path", str(tiny_disk), "--run-name", "full", timeout=600)
+    res = script(
+        "gridworld/train.py",
+        "--num-processes",
+        "2",
+        "--num-local-steps",
+        "64",
+        "--batch-size",
+        "2",
+        "--num-epochs",
+        "1",
+        "--num-global-steps",
+        "100000",
+        "--eval-interval",
+        "0",
+        "--video-interval",
+        "0",
+        "--save-interval",
+        "1",
+        "--obs-norm-steps",
+        "1",
+        "--num-threads",
+        "1",
+        "--log-path",
+        str(tiny_disk),
+        "--run-name",
+        "full",
+        timeout=600,
+    )
     assert res.returncode == 1, res.stderr[-2000:]
     err = res.stderr
     assert "No space left on device" in err and str(tiny_disk / "full") in err, err[-2000:]
@@ -310,8 +396,11 @@ def test_read_metrics_skips_only_a_truncated_last_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------- flags, signals, files
-@fault("--log-path that cannot be used (/proc/x, a read-only folder, a file)",
-       "a flag error: 'error: --log-path '/proc/x' is unusable: ...', exit 2", "nothing is created")
+@fault(
+    "--log-path that cannot be used (/proc/x, a read-only folder, a file)",
+    "a flag error: 'error: --log-path '/proc/x' is unusable: ...', exit 2",
+    "nothing is created",
+)
 def test_unusable_log_path_is_a_flag_error(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -324,16 +413,48 @@ def test_unusable_log_path_is_a_flag_error(tmp_path):
         assert "Traceback" not in res.stderr
 
 
-@fault("Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background",
-       "the step finishes, a checkpoint is saved, workers and the eval process end quietly (no FatalError), "
-       "exit 130 (SIGINT) or 143 (SIGTERM)", "the state of the last completed update")
+@fault(
+    "Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background",
+    "the step finishes, a checkpoint is saved, workers and the eval process end quietly (no FatalError), "
+    "exit 130 (SIGINT) or 143 (SIGTERM)",
+    "the state of the last completed update",
+)
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_signals_save_and_exit_with_the_shells_status(sig, code, tmp_path):
-    args = ["--num-processes", "2", "--num-workers", "1", "--num-local-steps", "32", "--batch-size", "2",
-            "--num-epochs", "1", "--num-global-steps", "10000000", "--eval-interval", "1", "--max-eval-steps", "300",
-            "--save-interval", "0", "--obs-norm-steps", "1", "--log-path", str(tmp_path), "--run-name", "s"]
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args], env=ENV, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = [
+        "--num-processes",
+        "2",
+        "--num-workers",
+        "1",
+        "--num-local-steps",
+        "32",
+        "--batch-size",
+        "2",
+        "--num-epochs",
+        "1",
+        "--num-global-steps",
+        "10000000",
+        "--eval-interval",
+        "1",
+        "--max-eval-steps",
+        "300",
+        "--save-interval",
+        "0",
+        "--obs-norm-steps",
+        "1",
+        "--log-path",
+        str(tmp_path),
+        "--run-name",
+        "s",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = tmp_path / "s" / "metrics.jsonl"
     deadline = time.time() + 180
     while time.time() < deadline and not (metrics.exists() and "eval/return" in metrics.read_text()):
@@ -347,8 +468,11 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, tmp_path):
     assert state["update"] >= 1
 
 
-@fault("checkpoint files and the umask", "written with the umask's mode (0644 under umask 022), like any file the "
-       "user makes, not mkstemp's 0600", "-")
+@fault(
+    "checkpoint files and the umask",
+    "written with the umask's mode (0644 under umask 022), like any file the user makes, not mkstemp's 0600",
+    "-",
+)
 def test_checkpoints_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
@@ -358,8 +482,11 @@ def test_checkpoints_follow_the_umask(tmp_path):
     assert os.stat(path).st_mode & 0o777 == 0o644
 
 
-@fault("an alias flag with a bad value (Montezuma --num-envs 0)", "the error names the flag as typed: "
-       "'--num-envs 0 is invalid', exit 2", "-")
+@fault(
+    "an alias flag with a bad value (Montezuma --num-envs 0)",
+    "the error names the flag as typed: '--num-envs 0 is invalid', exit 2",
+    "-",
+)
 def test_alias_errors_name_the_alias():
     res = script("montezuma/train.py", "--num-envs", "0")
     assert res.returncode == 2 and "--num-envs 0 is invalid" in res.stderr, res.stderr
@@ -367,9 +494,11 @@ def test_alias_errors_name_the_alias():
 
 def test_vec_env_restart_keeps_the_contract(tmp_path, monkeypatch):
     """A restarted worker's envs: fresh first frames, reward 0, done, no fake episode; pipelined groups too."""
-    from common.vec_env import SubprocVecEnv
-    from fault_envs import make_flaky
     import functools
+
+    from fault_envs import make_flaky
+
+    from common.vec_env import SubprocVecEnv
 
     monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "died"))
     fns = [functools.partial(make_flaky, "MiniGrid-Empty-5x5-v0", "die", 3)] * 4

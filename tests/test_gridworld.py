@@ -1,4 +1,5 @@
 """The MiniGrid game (gridworld/): env contract, policy/intrinsic shapes, one tiny run per intrinsic module."""
+
 import os
 
 import numpy as np
@@ -73,6 +74,7 @@ def test_bad_env_id_flag_is_rejected(capsys):
     assert "MiniGrid-DoorKey-5x5-v0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_recording_writes_an_mp4(tmp_path):
     path = tmp_path / "ep.mp4"
     with make_env(SMALL, record_path=str(path)) as env:
@@ -103,15 +105,29 @@ def test_policy_undoes_the_uint8_scaling_and_one_hot_encodes():
     assert predictor(paddle.randn([4, 3, 7, 7])).shape == [4, 128]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intrinsic", ["none", "rnd", "snd-v", "snd-std", "snd-vic"])
 def test_tiny_training_run(tmp_path, intrinsic):
     from common.logger import read_metrics
     from common.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
-    cfg = GridConfig(intrinsic=intrinsic, num_processes=4, num_local_steps=16, batch_size=2, num_epochs=1,
-                     num_global_steps=128, obs_norm_steps=2, eval_interval=2, video_interval=0, save_interval=0,
-                     histogram_interval=0, log_path=str(tmp_path), run_name=intrinsic, seed=1)
+    cfg = GridConfig(
+        intrinsic=intrinsic,
+        num_processes=4,
+        num_local_steps=16,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=128,
+        obs_norm_steps=2,
+        eval_interval=2,
+        video_interval=0,
+        save_interval=0,
+        histogram_interval=0,
+        log_path=str(tmp_path),
+        run_name=intrinsic,
+        seed=1,
+    )
     result = Trainer(SPEC, cfg).train()
     assert result["update"] == 2 and os.path.exists(result["checkpoint"])
     metrics = read_metrics(result["run_dir"])
@@ -120,14 +136,27 @@ def test_tiny_training_run(tmp_path, intrinsic):
         assert np.all(np.isfinite(metrics["intrinsic/raw_reward_mean"][1]))
 
 
+@pytest.mark.slow
 def test_play_records_the_greedy_episode(tmp_path):
     from common.trainer import Trainer
     from gridworld.play import main as play_main
     from gridworld.train import SPEC, GridConfig
 
-    cfg = GridConfig(intrinsic="none", num_processes=2, num_local_steps=8, batch_size=1, num_epochs=1,
-                     num_global_steps=16, eval_interval=0, video_interval=0, save_interval=0,
-                     histogram_interval=0, log_path=str(tmp_path), run_name="p", seed=2)
+    cfg = GridConfig(
+        intrinsic="none",
+        num_processes=2,
+        num_local_steps=8,
+        batch_size=1,
+        num_epochs=1,
+        num_global_steps=16,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=0,
+        histogram_interval=0,
+        log_path=str(tmp_path),
+        run_name="p",
+        seed=2,
+    )
     ckpt = Trainer(SPEC, cfg).train()["checkpoint"]
     out = tmp_path / "play.mp4"
     result = play_main(["--checkpoint", ckpt, "--output", str(out), "--max-steps", "20"])
@@ -142,10 +171,14 @@ def test_norm_adv_makes_the_loss_invariant_to_the_advantage_scale():
 
     paddle.seed(0)
     rng = np.random.default_rng(0)
-    batch = {"obs": rng.integers(0, 3, (8, 3, 7, 7)).astype(np.uint8), "actions": rng.integers(0, 7, 8),
-             "log_probs": np.full(8, -np.log(7), np.float32) + rng.normal(0, 0.1, 8).astype(np.float32),
-             "advantages": rng.normal(0, 1, 8).astype(np.float32),
-             "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
+    batch = {
+        "obs": rng.integers(0, 3, (8, 3, 7, 7)).astype(np.uint8),
+        "actions": rng.integers(0, 7, 8),
+        "log_probs": np.full(8, -np.log(7), np.float32) + rng.normal(0, 0.1, 8).astype(np.float32),
+        "advantages": rng.normal(0, 1, 8).astype(np.float32),
+        "ret_ext": np.zeros(8, np.float32),
+        "ret_int": np.zeros(8, np.float32),
+    }
     ppo = PPO(GridPolicy(7), lr=1e-3, epsilon=0.2, beta=0.0, vf_coef=0.0, max_grad_norm=0.5, norm_adv=True)
     a = float(ppo.loss(batch)[0])
     b = float(ppo.loss({**batch, "advantages": batch["advantages"] * 100 + 5})[0])
@@ -164,4 +197,6 @@ def test_config_flags_have_help_and_round_trip():
     cfg = parse_config(GridConfig, ["--env-id", "MiniGrid-DoorKey-8x8-v0", "--no-norm-adv", "--snd-max-pairs", "64"])
     assert cfg.env_id == "MiniGrid-DoorKey-8x8-v0" and not cfg.norm_adv and cfg.snd_max_pairs == 64
     assert GridConfig.from_dict(cfg.to_dict()) == cfg
-    assert all(f.metadata.get("help") for f in dataclasses.fields(GridConfig))
+    from common.config import field_meta
+
+    assert all(field_meta(GridConfig, f.name).get("help") for f in dataclasses.fields(GridConfig))

@@ -1,4 +1,5 @@
 """The oneDNN inference engine that runs the policy during collection (common/cpu/predictor.py)."""
+
 import numpy as np
 import paddle
 import pytest
@@ -10,7 +11,12 @@ from common.ppo import PPO
 from mario.model import MARIO
 from montezuma.model import RNDPolicy
 
-pytestmark = pytest.mark.skipif(not onednn_available(), reason="this Paddle has no oneDNN predictor (Paddle 2.6: no PIR parameter writer)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not onednn_available(), reason="this Paddle has no oneDNN predictor (Paddle 2.6: no PIR parameter writer)"
+    ),
+]
 
 
 def reference(net, obs):
@@ -80,13 +86,19 @@ def test_actor_refreshes_the_engine_on_first_use_after_the_weights_changed(monke
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 256, size=(8, 4, 84, 84), dtype=np.uint8)
     a1 = actor.act(obs, rng)
-    actor.values(obs[:3])                  # below min_batch: the training network
+    actor.values(obs[:3])  # below min_batch: the training network
     assert calls == [8] and len(refreshes) == 1
     actor.values(obs)
     assert calls == [8, 8] and len(refreshes) == 1  # weights unchanged: no refresh
-    batch = {"obs": obs, "actions": a1[0], "log_probs": a1[1], "advantages": np.ones(8, np.float32),
-             "ret_ext": np.zeros(8, np.float32), "ret_int": np.zeros(8, np.float32)}
-    ppo.step(batch)                        # new weights; the trainer tells the actor
+    batch = {
+        "obs": obs,
+        "actions": a1[0],
+        "log_probs": a1[1],
+        "advantages": np.ones(8, np.float32),
+        "ret_ext": np.zeros(8, np.float32),
+        "ret_int": np.zeros(8, np.float32),
+    }
+    ppo.step(batch)  # new weights; the trainer tells the actor
     actor.weights_changed()
     v_ext, _ = actor.values(obs)
     assert calls == [8, 8, 8] and len(refreshes) == 2
@@ -103,7 +115,9 @@ def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_pat
     def rollout(inference):
         def check(tr):
             assert isinstance(tr.actor.engine, InferenceEngine) == (inference == "onednn")
-        return montezuma_rollout(tmp_path, inference, check, num_processes=8, num_workers=-1,
-                                 num_global_steps=96, inference=inference)
+
+        return montezuma_rollout(
+            tmp_path, inference, check, num_processes=8, num_workers=-1, num_global_steps=96, inference=inference
+        )
 
     assert_same_rollout(rollout("onednn"), rollout("dygraph"))

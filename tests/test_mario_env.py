@@ -1,4 +1,5 @@
 """MarioEnv against the real NES emulator (no mocks of the game)."""
+
 import functools
 import os
 import pickle
@@ -9,6 +10,8 @@ import pytest
 
 import mario.env as menv
 from mario.env import ACTION_SETS, MarioEnv, make_env, process_frame
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 # A fixed SIMPLE_MOVEMENT sequence on 1-1 that scores (a coin block: +200, then
 # more) and then dies (done after 94 agent steps). Found once with a seeded random

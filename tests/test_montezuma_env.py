@@ -1,4 +1,5 @@
 """MontezumaEnv against the real ALE emulator (no mocks of the game)."""
+
 import functools
 import os
 import pickle
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 
 from montezuma.env import MontezumaEnv, make_env, process_frame
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 RIGHT = 3  # full action set: NOOP, FIRE, UP, RIGHT, LEFT, DOWN, ...
 

@@ -1,4 +1,5 @@
 """The native collection engine: the policy's forward on oneDNN primitives + numpy (common/cpu/native.py)."""
+
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -11,7 +12,10 @@ from gridworld.model import GridPolicy
 from mario.model import MARIO
 from montezuma.model import RNDPolicy
 
-pytestmark = pytest.mark.skipif(not cpu.available(), reason="this Paddle ships no usable oneDNN library")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not cpu.available(), reason="this Paddle ships no usable oneDNN library"),
+]
 
 
 def reference(net, obs):
@@ -33,13 +37,20 @@ class LeakyNet(Net):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2D(4, 8, 3, stride=2, padding=1), nn.LeakyReLU(0.2),
-                                      nn.Conv2D(8, 8, 3, stride=1, padding=1), nn.LeakyReLU(0.2), nn.Flatten(),
-                                      nn.Linear(8 * 6 * 6, 16), nn.LeakyReLU(0.1))
+        self.features = nn.Sequential(
+            nn.Conv2D(4, 8, 3, stride=2, padding=1),
+            nn.LeakyReLU(0.2),
+            nn.Conv2D(8, 8, 3, stride=1, padding=1),
+            nn.LeakyReLU(0.2),
+            nn.Flatten(),
+            nn.Linear(8 * 6 * 6, 16),
+            nn.LeakyReLU(0.1),
+        )
         self.head = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
         self.out = nn.Linear(16, 3)
-        self.flat_act = nn.Sequential(nn.Conv2D(4, 4, 3, stride=3), nn.ReLU(), nn.Flatten(), nn.LeakyReLU(0.3),
-                                      nn.Linear(4 * 4 * 4, 2))
+        self.flat_act = nn.Sequential(
+            nn.Conv2D(4, 4, 3, stride=3), nn.ReLU(), nn.Flatten(), nn.LeakyReLU(0.3), nn.Linear(4 * 4 * 4, 2)
+        )
 
     def compute(self, x, run):
         h = run(self.features, x)
@@ -87,12 +98,14 @@ def test_networks_without_compute_or_with_unknown_layers_are_refused():
 def test_trainer_collection_native_matches_dygraph_and_repeats(tmp_path):
     """The default (--inference native) and --inference dygraph give the same rollout from one seed,
     and two native runs with that seed are identical."""
-    from montezuma.train import MontezumaConfig
     from rollouts import assert_same_rollout, montezuma_rollout
+
+    from montezuma.train import MontezumaConfig
 
     def rollout(inference, name):
         def check(tr):
             assert isinstance(tr.actor.engine, NativeEngine) == (inference == "native")
+
         return montezuma_rollout(tmp_path, name, check, inference=inference)
 
     assert MontezumaConfig().inference == "native"

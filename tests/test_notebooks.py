@@ -5,6 +5,7 @@ throw-away kernelspec on ``JUPYTER_PATH``, so the test works in a fresh CI venv
 whatever kernels the machine has registered. ``NOTEBOOK_QUICK=1`` selects quick mode,
 ``NOTEBOOK_RUNS`` keeps run folders out of the repository.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NB_DIR = os.path.join(ROOT, "notebooks")
 sys.path.insert(0, NB_DIR)
 import make_notebooks  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 KERNEL = "paddle-curiosity-test"
 
@@ -43,13 +46,26 @@ def kernel_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("jupyter")
     spec_dir = root / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "paddle-curiosity tests", "language": "python"}))
-    saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "NOTEBOOK_QUICK", "NOTEBOOK_RUNS", "OMP_NUM_THREADS",
-                                            "MPLBACKEND")}
-    os.environ.update(JUPYTER_PATH=str(root), NOTEBOOK_QUICK="1", NOTEBOOK_RUNS=str(root / "runs"),
-                      OMP_NUM_THREADS="1", MPLBACKEND="module://matplotlib_inline.backend_inline")
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "paddle-curiosity tests",
+                "language": "python",
+            }
+        )
+    )
+    saved = {
+        k: os.environ.get(k)
+        for k in ("JUPYTER_PATH", "NOTEBOOK_QUICK", "NOTEBOOK_RUNS", "OMP_NUM_THREADS", "MPLBACKEND")
+    }
+    os.environ.update(
+        JUPYTER_PATH=str(root),
+        NOTEBOOK_QUICK="1",
+        NOTEBOOK_RUNS=str(root / "runs"),
+        OMP_NUM_THREADS="1",
+        MPLBACKEND="module://matplotlib_inline.backend_inline",
+    )
     try:
         yield root
     finally:
@@ -63,8 +79,9 @@ def kernel_env(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(make_notebooks.NOTEBOOKS))
 def test_notebook_runs_in_quick_mode(name, kernel_env):
     nb = nbformat.read(os.path.join(NB_DIR, name), as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300, allow_errors=False,
-                                     resources={"metadata": {"path": NB_DIR}})
+    client = nbclient.NotebookClient(
+        nb, kernel_name=KERNEL, timeout=300, allow_errors=False, resources={"metadata": {"path": NB_DIR}}
+    )
     t0 = time.perf_counter()
     client.execute()  # raises CellExecutionError naming the cell if one fails
     seconds = time.perf_counter() - t0
@@ -76,16 +93,19 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
     if name == "snd_dqn_pong.ipynb":  # three short Pong runs overlaid, an eval video, the VisualDL command
         html = [o for o in outputs if "text/html" in o.get("data", {}) and "<video" in o["data"]["text/html"]]
         assert len(html) == 1 and "data:video/mp4;base64," in html[0]["data"]["text/html"]
-        assert "visualdl --logdir snd_dqn_pong" in text and all(f"{a}: last eval return" in text
-                                                                 for a in ("dqn", "dqn-e0", "snd"))
+        assert "visualdl --logdir snd_dqn_pong" in text and all(
+            f"{a}: last eval return" in text for a in ("dqn", "dqn-e0", "snd")
+        )
     elif name != "snd_variants.ipynb":
         html = [o for o in outputs if "text/html" in o.get("data", {}) and "<video" in o["data"]["text/html"]]
         assert len(html) == 2, "expected the eval video and the play video, embedded"
         assert "data:video/mp4;base64," in html[0]["data"]["text/html"]
         assert "visualdl --logdir" in text
         # the play script's result line (run with the kernel's interpreter), then its video
-        assert {"mario_rnd_ppo.ipynb": "mario 1-1 (update 2): ", "montezuma_rnd_ppo.ipynb": "montezuma level1 (update "}[
-            name] in text, text[-2000:]
+        assert {
+            "mario_rnd_ppo.ipynb": "mario 1-1 (update 2): ",
+            "montezuma_rnd_ppo.ipynb": "montezuma level1 (update ",
+        }[name] in text, text[-2000:]
     print(f"{name}: {seconds:.1f} s")
 
 

@@ -4,6 +4,7 @@ Checkpoints come from the tiny real runs of the ``mario_run`` / ``montezuma_run`
 session fixtures. ``python <game>/play.py --checkpoint ...`` runs as a subprocess;
 its mp4 is read back with imageio and its printed result parsed.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,6 +16,8 @@ import imageio.v2 as imageio
 import pytest
 
 from common.logger import read_metrics
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,8 +35,14 @@ def count_frames(path):
 
 def play(game, *args):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, os.path.join(ROOT, game, "play.py"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, game, "play.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_eval_videos_every_update(mario_run):
@@ -100,7 +109,7 @@ def test_frame_strip_is_a_grid_of_moments():
     rgb = [(i, np.full((240, 256, 3), i, np.uint8)) for i in range(17)]
     grid = frame_strip(None, rgb)
     assert grid.shape == (2 * 120 + 2, 4 * 128 + 3 * 2, 3) and grid.dtype == np.uint8
-    cells = [grid[r * 122:r * 122 + 120, c * 130:c * 130 + 128] for r in range(2) for c in range(4)]
+    cells = [grid[r * 122 : r * 122 + 120, c * 130 : c * 130 + 128] for r in range(2) for c in range(4)]
     assert [int(cell.min()) for cell in cells] == [int(cell.max()) for cell in cells] == [0, 2, 5, 7, 9, 11, 14, 16]
     assert (grid[120:122] == 255).all() and (grid[:, 128:130] == 255).all()
     # A short episode: one row; gray stacks without RGB screens: the same grid of the latest 84x84 frames.

@@ -1,4 +1,5 @@
 """Log-probabilities, entropy and sampling against numpy; one PPO step moves the policy."""
+
 import numpy as np
 import paddle
 
@@ -45,9 +46,14 @@ def test_ppo_step_increases_advantaged_action_probability():
         logits0, _, _ = net(paddle.to_tensor(obs).astype("float32") / 255)
     logp = _np_log_softmax(logits0.numpy())[np.arange(16), actions].astype(np.float32)
     p0_before = np.exp(_np_log_softmax(logits0.numpy()))[:, 0].mean()
-    batch = {"obs": obs, "actions": actions, "log_probs": logp,
-             "advantages": np.where(actions == 0, 1.0, -1.0).astype(np.float32),
-             "ret_ext": np.zeros(16, np.float32), "ret_int": np.zeros(16, np.float32)}
+    batch = {
+        "obs": obs,
+        "actions": actions,
+        "log_probs": logp,
+        "advantages": np.where(actions == 0, 1.0, -1.0).astype(np.float32),
+        "ret_ext": np.zeros(16, np.float32),
+        "ret_int": np.zeros(16, np.float32),
+    }
     for _ in range(5):
         out = ppo.step(batch)
     assert set(out) >= {"total", "actor", "critic", "entropy", "approx_kl", "clipfrac"}

@@ -6,6 +6,7 @@ span outside fences that starts with ``python``, ``pip`` or ``visualdl``. Whites
 collapsed and the table escape ``\\|`` read as ``|``. When README.md changes its commands,
 this test names the ones README_cn.md lacks or still has.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,11 +48,18 @@ def commands(markdown: str) -> set[str]:
 
 
 def test_command_extraction():
-    text = ("Run `python a.py --x 1` or `--flag`; `pip install -e .`\n\n"
-            "```bash\n# a comment\npython b.py --y 2   # trailing comment\npython c.py \\\n    --z 3\n```\n\n"
-            "```\npython not_shell.py\n```\n\n| `python d.py --m a\\|b` | table |\n")
-    assert commands(text) == {"python a.py --x 1", "pip install -e .", "python b.py --y 2", "python c.py --z 3",
-                              "python d.py --m a|b"}
+    text = (
+        "Run `python a.py --x 1` or `--flag`; `pip install -e .`\n\n"
+        "```bash\n# a comment\npython b.py --y 2   # trailing comment\npython c.py \\\n    --z 3\n```\n\n"
+        "```\npython not_shell.py\n```\n\n| `python d.py --m a\\|b` | table |\n"
+    )
+    assert commands(text) == {
+        "python a.py --x 1",
+        "pip install -e .",
+        "python b.py --y 2",
+        "python c.py --z 3",
+        "python d.py --m a|b",
+    }
 
 
 def test_readme_commands_are_found():
@@ -70,7 +78,8 @@ def test_readmes_give_the_same_commands():
     assert not missing and not stale, (
         "README_cn.md must give README.md's commands (README.md is the reference):\n"
         + "".join(f"  missing in README_cn.md: {c}\n" for c in missing)
-        + "".join(f"  not in README.md:        {c}\n" for c in stale))
+        + "".join(f"  not in README.md:        {c}\n" for c in stale)
+    )
 
 
 def test_readmes_link_each_other():

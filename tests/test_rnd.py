@@ -1,4 +1,5 @@
 """RND: frozen target, trained predictor, novelty falls where it was trained, subset-only forward."""
+
 import numpy as np
 import paddle
 import pytest
@@ -9,8 +10,9 @@ from mario.rnd_model import make_rnd_networks
 
 def _rnd(update_proportion=0.25, lr=1e-3):
     paddle.seed(0)
-    return make_intrinsic("rnd", make_rnd_networks, (4, 84, 84), 1, lr=lr,
-                          update_proportion=update_proportion, max_grad_norm=0.5, seed=0)
+    return make_intrinsic(
+        "rnd", make_rnd_networks, (4, 84, 84), 1, lr=lr, update_proportion=update_proportion, max_grad_norm=0.5, seed=0
+    )
 
 
 def _frames(n, seed):

@@ -1,4 +1,5 @@
 """SND target trainers (common/intrinsic/snd.py), real Paddle on tiny batches."""
+
 import numpy as np
 import paddle
 import pytest
@@ -6,17 +7,27 @@ import pytest
 from common.intrinsic import INTRINSIC_NAMES, make_intrinsic
 from common.intrinsic.augment import snd_v_sizes
 from common.intrinsic.networks import ConvFeatureNet
-from common.intrinsic.snd import (SND_VARIANTS, SNDSTD, SNDV, SNDVIC, STDIM_BETA1, STDIM_BETA2,
-                                  contrastive_pairs, infonce_loss, snd_v_terms, stdim_scores,
-                                  stdim_terms, vicreg_terms)
+from common.intrinsic.snd import (
+    SND_VARIANTS,
+    SNDSTD,
+    SNDV,
+    SNDVIC,
+    STDIM_BETA1,
+    STDIM_BETA2,
+    contrastive_pairs,
+    infonce_loss,
+    snd_v_terms,
+    stdim_scores,
+    stdim_terms,
+    vicreg_terms,
+)
 
 OBS_SHAPE = (4, 84, 84)
 FEAT = 32
 
 
 def make_networks(in_channels, out_dim=FEAT):
-    return (ConvFeatureNet(in_channels, out_dim),
-            ConvFeatureNet(in_channels, out_dim, hidden=(FEAT,)))
+    return (ConvFeatureNet(in_channels, out_dim), ConvFeatureNet(in_channels, out_dim, hidden=(FEAT,)))
 
 
 def frames(n, seed=0):
@@ -28,14 +39,26 @@ def frames(n, seed=0):
 
 def batch(n=8, seed=0, dones=None):
     obs = frames(n + 1, seed)
-    return {"obs": obs[:-1], "next_obs": obs[1:],
-            "dones": np.zeros(n, np.float32) if dones is None else np.asarray(dones, np.float32)}
+    return {
+        "obs": obs[:-1],
+        "next_obs": obs[1:],
+        "dones": np.zeros(n, np.float32) if dones is None else np.asarray(dones, np.float32),
+    }
 
 
 def build(name, seed=0, **kw):
     paddle.seed(seed)
-    mod = make_intrinsic(name, make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.5,
-                         max_grad_norm=0.5, seed=seed, target_lr=kw.pop("target_lr", 1e-3))
+    mod = make_intrinsic(
+        name,
+        make_networks,
+        OBS_SHAPE,
+        1,
+        lr=1e-3,
+        update_proportion=0.5,
+        max_grad_norm=0.5,
+        seed=seed,
+        target_lr=kw.pop("target_lr", 1e-3),
+    )
     mod.observe(frames(32, seed=99))
     return mod
 
@@ -62,7 +85,7 @@ def test_snd_v_terms_match_numpy():
     np.testing.assert_allclose(float(got["contrastive"]), ((tau - d) ** 2).mean(), rtol=1e-5)
     assert float(got["magnitude"]) == 0.0  # far below the 200 threshold
     big = snd_v_terms(t(za * 10), t(zb * 10), t(tau), limit=50.0)
-    mag = (100 * za ** 2).mean() + (100 * zb ** 2).mean() - 50.0
+    mag = (100 * za**2).mean() + (100 * zb**2).mean() - 50.0
     assert mag > 0
     np.testing.assert_allclose(float(big["magnitude"]), mag, rtol=1e-5)
 
@@ -123,7 +146,7 @@ def test_stdim_scores_and_terms_match_numpy():
         lin.bias.set_value(t(rng.normal(size=lin.bias.shape)))
     s_gl, s_ll = stdim_scores(t(g_next), t(l_t), t(l_next), gl, ll)
     W1, b1, W2, b2 = (p.numpy() for p in (gl.weight, gl.bias, ll.weight, ll.bias))  # paddle: y = x W + b
-    lt = l_t.reshape(n, c, h * w).transpose(2, 0, 1)   # [P, N, C]
+    lt = l_t.reshape(n, c, h * w).transpose(2, 0, 1)  # [P, N, C]
     ln = l_next.reshape(n, c, h * w).transpose(2, 0, 1)
     want_gl = np.einsum("ic,pjc->pij", g_next @ W1 + b1, lt)
     want_ll = np.einsum("pic,pjc->pij", ln @ W2 + b2, lt)
@@ -133,8 +156,7 @@ def test_stdim_scores_and_terms_match_numpy():
     np.testing.assert_allclose(float(terms["global_local"]), np_infonce(want_gl), rtol=1e-4)
     np.testing.assert_allclose(float(terms["local_local"]), np_infonce(want_ll), rtol=1e-4)
     np.testing.assert_allclose(float(terms["std"]), -z_t.std(axis=1, ddof=1).mean(), rtol=1e-5)
-    np.testing.assert_allclose(float(terms["score_sq"]), (want_gl ** 2).mean() + (want_ll ** 2).mean(),
-                               rtol=1e-4)
+    np.testing.assert_allclose(float(terms["score_sq"]), (want_gl**2).mean() + (want_ll**2).mean(), rtol=1e-4)
 
 
 def test_contrastive_pairs():
@@ -167,16 +189,30 @@ def test_update_trains_target_and_predictor(name):
 def test_std_total_is_weighted_sum_of_terms():
     mod = build("snd-std")
     out = mod.update(batch(8))
-    want = (out["snd_target/global_local"] + out["snd_target/local_local"]
-            + STDIM_BETA1 * out["snd_target/std"] + STDIM_BETA2 * out["snd_target/score_sq"])
+    want = (
+        out["snd_target/global_local"]
+        + out["snd_target/local_local"]
+        + STDIM_BETA1 * out["snd_target/std"]
+        + STDIM_BETA2 * out["snd_target/score_sq"]
+    )
     np.testing.assert_allclose(out["snd_target"], want, rtol=1e-5)
 
 
 def test_std_caps_pairs():
     paddle.seed(0)
     target, predictor = make_networks(1)
-    mod = SNDSTD(target, predictor, target_lr=1e-3, obs_shape=OBS_SHAPE, input_channels=1, lr=1e-3,
-                 update_proportion=0.5, max_grad_norm=0.5, seed=0, max_pairs=4)
+    mod = SNDSTD(
+        target,
+        predictor,
+        target_lr=1e-3,
+        obs_shape=OBS_SHAPE,
+        input_channels=1,
+        lr=1e-3,
+        update_proportion=0.5,
+        max_grad_norm=0.5,
+        seed=0,
+        max_pairs=4,
+    )
     seen = []
     orig = mod.target.forward_with_map
     mod.target.forward_with_map = lambda x: (seen.append(x.shape[0]), orig(x))[1]
@@ -209,8 +245,17 @@ def test_snd_v_loss_falls_on_fixed_states():
     paddle.seed(0)
     target = ConvFeatureNet(1, 16)
     predictor = ConvFeatureNet(1, 16, hidden=(16,))
-    mod = SNDV(target, predictor, target_lr=1e-3, obs_shape=OBS_SHAPE, input_channels=1, lr=1e-3,
-               update_proportion=0.25, max_grad_norm=0.5, seed=0)
+    mod = SNDV(
+        target,
+        predictor,
+        target_lr=1e-3,
+        obs_shape=OBS_SHAPE,
+        input_channels=1,
+        lr=1e-3,
+        update_proportion=0.25,
+        max_grad_norm=0.5,
+        seed=0,
+    )
     obs = frames(16, seed=5)
     mod.observe(obs)
     fixed = {"obs": obs, "next_obs": obs, "dones": np.zeros(16, np.float32)}
@@ -264,8 +309,7 @@ def test_registry_builds_each_variant_with_target_lr():
 
 def test_make_intrinsic_rejects_unknown_names():
     with pytest.raises(ValueError) as err:
-        make_intrinsic("snd-x", make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25,
-                       max_grad_norm=0.5, seed=0)
+        make_intrinsic("snd-x", make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25, max_grad_norm=0.5, seed=0)
     for name in INTRINSIC_NAMES:
         assert name in str(err.value)
 
@@ -274,8 +318,17 @@ def test_make_intrinsic_rejects_unknown_names():
 def test_target_trains_on_its_share_of_the_minibatch(name):
     paddle.seed(0)
     target, predictor = make_networks(1)
-    mod = make_intrinsic(name, lambda c: (target, predictor), OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25,
-                         max_grad_norm=0.5, seed=0, target_proportion=0.25)
+    mod = make_intrinsic(
+        name,
+        lambda c: (target, predictor),
+        OBS_SHAPE,
+        1,
+        lr=1e-3,
+        update_proportion=0.25,
+        max_grad_norm=0.5,
+        seed=0,
+        target_proportion=0.25,
+    )
     mod.observe(frames(32, seed=99))
     seen = []
     compute = mod.target.compute
@@ -292,10 +345,21 @@ def test_snd_v_augmentations_are_sized_to_the_observation():
     assert snd_v_sizes(42)["kernel"] == 3
     # noise on the raw scale: 0.2 of each channel's range (MiniGrid codes 0-10, 0-5, 0-2), never on z-scores
     paddle.seed(0)
-    target, predictor = ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)), ConvFeatureNet(3, 8, input_hw=7,
-                                                                                                 specs=((8, 2, 1),))
-    mod = SNDV(target, predictor, target_lr=1e-3, obs_shape=(3, 7, 7), input_channels=3, lr=1e-3,
-               update_proportion=0.25, max_grad_norm=0.5, value_max=(10.0, 5.0, 2.0))
+    target, predictor = (
+        ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)),
+        ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)),
+    )
+    mod = SNDV(
+        target,
+        predictor,
+        target_lr=1e-3,
+        obs_shape=(3, 7, 7),
+        input_channels=3,
+        lr=1e-3,
+        update_proportion=0.25,
+        max_grad_norm=0.5,
+        value_max=(10.0, 5.0, 2.0),
+    )
     x = paddle.full([64, 3, 7, 7], 30.0)
     y = mod.augment(x, np.random.default_rng(0)).numpy()
     for c, bound in enumerate((2.0, 1.0, 0.4)):

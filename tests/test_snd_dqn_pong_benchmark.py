@@ -1,4 +1,5 @@
 """benchmarks/snd_dqn_pong.py without running Pong: resuming helpers and the report from summaries alone."""
+
 import json
 import os
 import sys
@@ -23,13 +24,26 @@ def test_newest_checkpoint_and_cut_metrics(tmp_path):
 
 def fake_summary(agent, seed, ev):
     steps = [2000 * (i + 1) for i in range(len(ev))]
-    return {"agent": agent, "seed": seed, "train_steps": steps[-1], "env_steps": steps[-1] + 1000, "seconds": 3600.0,
-            "train_steps_per_sec": 27.8, "cpu_ms_per_train_step": 66.0, "median_logged_train_steps_per_sec": 28.0,
-            "episodes": 120, "eval_return_at_end": ev[-1], "episode_return_at_end": ev[-1] - 1,
-            "best_eval_return": max(ev), "eval_curve": {"steps": steps, "return": ev},
-            "episode_curve": {"steps": steps, "return": [None] + ev[1:]},
-            "intrinsic_curve": {"steps": steps, "reward": [0.5] * len(ev)} if agent == "snd" else None,
-            "command": ["pong/train.py"], "code_commit": "x", "finished": "now"}
+    return {
+        "agent": agent,
+        "seed": seed,
+        "train_steps": steps[-1],
+        "env_steps": steps[-1] + 1000,
+        "seconds": 3600.0,
+        "train_steps_per_sec": 27.8,
+        "cpu_ms_per_train_step": 66.0,
+        "median_logged_train_steps_per_sec": 28.0,
+        "episodes": 120,
+        "eval_return_at_end": ev[-1],
+        "episode_return_at_end": ev[-1] - 1,
+        "best_eval_return": max(ev),
+        "eval_curve": {"steps": steps, "return": ev},
+        "episode_curve": {"steps": steps, "return": [None] + ev[1:]},
+        "intrinsic_curve": {"steps": steps, "reward": [0.5] * len(ev)} if agent == "snd" else None,
+        "command": ["pong/train.py"],
+        "code_commit": "x",
+        "finished": "now",
+    }
 
 
 def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
@@ -37,10 +51,26 @@ def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
     results.mkdir()
     for agent, ev in (("dqn", [-5.0, -3.0, 1.0]), ("snd", [-5.0, -4.0, 2.0])):
         bench.write_json_atomic(str(results / f"pong_{agent}_seed0.json"), fake_summary(agent, 0, ev))
-    bench.write_json_atomic(str(results / "speed.json"), {
-        "measured": "now", "cpus": 2, "code_commit": "x", "note": "",
-        "rows": [{"agent": "dqn", "padding": "valid", "train_steps": 300, "train_steps_per_sec": 10.0,
-                  "cpu_ms_per_train_step": 66.0, "loadavg_1min": [2.0, 2.0], "seconds": 40.0}]})
+    bench.write_json_atomic(
+        str(results / "speed.json"),
+        {
+            "measured": "now",
+            "cpus": 2,
+            "code_commit": "x",
+            "note": "",
+            "rows": [
+                {
+                    "agent": "dqn",
+                    "padding": "valid",
+                    "train_steps": 300,
+                    "train_steps_per_sec": 10.0,
+                    "cpu_ms_per_train_step": 66.0,
+                    "loadavg_1min": [2.0, 2.0],
+                    "seconds": 40.0,
+                }
+            ],
+        },
+    )
     bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])
     text = (docs / "snd_dqn_pong.md").read_text()
     assert "| DQN (epsilon 0.1) | 1 | 6,000 | +1.00 |" in text and "| DQN_e0 (epsilon 0) | 0 | not run yet" in text

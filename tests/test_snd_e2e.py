@@ -1,17 +1,36 @@
 """Every SND variant trains end to end in both games and logs its target losses."""
+
 import numpy as np
 import pytest
 
 from common.logger import read_metrics
 from common.trainer import Trainer
-from mario.train import SPEC as MARIO, MarioConfig
-from montezuma.train import SPEC as MONTEZUMA, MontezumaConfig
+from mario.train import SPEC as MARIO
+from mario.train import MarioConfig
+from montezuma.train import SPEC as MONTEZUMA
+from montezuma.train import MontezumaConfig
 
-COMMON = dict(num_processes=2, num_workers=-1, num_local_steps=64, batch_size=2, num_epochs=1, num_global_steps=256,
-              obs_norm_steps=2, eval_interval=0, video_interval=0, save_interval=2, histogram_interval=0,
-              embedding_interval=0, target_lr=3e-4)
-GAMES = {"mario": (MARIO, lambda **kw: MarioConfig(world=1, stage=1, **kw)),
-         "montezuma": (MONTEZUMA, lambda **kw: MontezumaConfig(max_episode_steps=40, **kw))}
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
+
+COMMON = dict(
+    num_processes=2,
+    num_workers=-1,
+    num_local_steps=64,
+    batch_size=2,
+    num_epochs=1,
+    num_global_steps=256,
+    obs_norm_steps=2,
+    eval_interval=0,
+    video_interval=0,
+    save_interval=2,
+    histogram_interval=0,
+    embedding_interval=0,
+    target_lr=3e-4,
+)
+GAMES = {
+    "mario": (MARIO, lambda **kw: MarioConfig(world=1, stage=1, **kw)),
+    "montezuma": (MONTEZUMA, lambda **kw: MontezumaConfig(max_episode_steps=40, **kw)),
+}
 
 
 @pytest.mark.parametrize("variant", ["snd-v", "snd-std", "snd-vic"])
@@ -30,7 +49,8 @@ def test_snd_variant_runs_and_logs_target_losses(game, variant, tmp_path):
     target_terms = [t for t in metrics if t.startswith("losses/snd_target/")]
     assert "losses/snd_target" in metrics and target_terms and "losses/forward" in metrics
     assert np.isfinite(metrics["intrinsic/raw_reward_mean"][1]).all()
-    resumed = Trainer(spec, make_cfg(intrinsic=variant, log_path=str(tmp_path), run_name="r2",
-                                     resume=result["checkpoint"], **COMMON))
+    resumed = Trainer(
+        spec, make_cfg(intrinsic=variant, log_path=str(tmp_path), run_name="r2", resume=result["checkpoint"], **COMMON)
+    )
     assert resumed.update == 2
     resumed.close()

@@ -1,4 +1,5 @@
 """The shared trainer on the real Mario emulator: resume, seeds, NaN guard, bad checkpoints, bad flags."""
+
 import dataclasses
 import warnings
 
@@ -9,14 +10,33 @@ import pytest
 from common.checkpoint import CheckpointError, load_checkpoint
 from common.config import parse_config
 from common.trainer import NonFiniteLossError, Trainer
-from mario.train import SPEC as MARIO, MarioConfig
-from montezuma.train import SPEC as MONTEZUMA, MontezumaConfig
+from mario.train import SPEC as MARIO
+from mario.train import MarioConfig
+from montezuma.train import SPEC as MONTEZUMA
+from montezuma.train import MontezumaConfig
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 
 def tiny(tmp_path, **kw):
-    base = dict(world=1, stage=1, num_processes=2, num_workers=-1, num_local_steps=16, batch_size=2, num_epochs=1,
-                num_global_steps=32, obs_norm_steps=2, eval_interval=0, video_interval=0, save_interval=1,
-                histogram_interval=0, embedding_interval=0, log_path=str(tmp_path), run_name="a")
+    base = dict(
+        world=1,
+        stage=1,
+        num_processes=2,
+        num_workers=-1,
+        num_local_steps=16,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=32,
+        obs_norm_steps=2,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=1,
+        histogram_interval=0,
+        embedding_interval=0,
+        log_path=str(tmp_path),
+        run_name="a",
+    )
     base.update(kw)
     return MarioConfig(**base)
 
@@ -50,8 +70,9 @@ def test_resume_gives_the_same_next_update_as_an_uninterrupted_run(tmp_path):
     for t in (a, b):
         fill_fixed_rollout(t)
         t.learn()
-    for pa, pb in zip(params(a.policy) + params(a.intrinsic.predictor),
-                      params(b.policy) + params(b.intrinsic.predictor)):
+    for pa, pb in zip(
+        params(a.policy) + params(a.intrinsic.predictor), params(b.policy) + params(b.intrinsic.predictor)
+    ):
         np.testing.assert_array_equal(pa, pb)
     np.testing.assert_array_equal(a.buffer.rewards_int, b.buffer.rewards_int)  # normalizers and filter restored
     b.close()
@@ -73,8 +94,10 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path):
     w.set_value(paddle.full(w.shape, float("nan")))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(NonFiniteLossError, match="2 consecutive updates.*No good state could be saved.*"
-                                                     "non-finite values in policy/actor.weight"):
+        with pytest.raises(
+            NonFiniteLossError,
+            match="2 consecutive updates.*No good state could be saved.*non-finite values in policy/actor.weight",
+        ):
             t.train()
     assert sum("non-finite loss" in str(c.message) for c in caught) == 2
     assert t.nan_total == 2
@@ -94,15 +117,18 @@ def test_checkpoints_from_another_game_or_network_are_refused(tmp_path):
     assert {"obs_rms", "predictor_opt", "target", "predictor"} <= set(state["intrinsic"])
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--num-global-steps", "-5"], "--num-global-steps -5 is invalid"),
-    (["--world", "9"], "invalid choice: 9"),
-    (["--stage", "0"], "invalid choice: 0"),
-    (["--action-type", "jump"], "invalid choice: 'jump'"),
-    (["--intrinsic", "icm"], "invalid choice: 'icm'"),
-    (["--update-proportion", "0"], "--update-proportion 0.0 is invalid"),
-    (["--num-local-steps", "10", "--num-processes", "3", "--batch-size", "4"], "a divisor of"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--num-global-steps", "-5"], "--num-global-steps -5 is invalid"),
+        (["--world", "9"], "invalid choice: 9"),
+        (["--stage", "0"], "invalid choice: 0"),
+        (["--action-type", "jump"], "invalid choice: 'jump'"),
+        (["--intrinsic", "icm"], "invalid choice: 'icm'"),
+        (["--update-proportion", "0"], "--update-proportion 0.0 is invalid"),
+        (["--num-local-steps", "10", "--num-processes", "3", "--batch-size", "4"], "a divisor of"),
+    ],
+)
 def test_bad_flags_are_rejected_with_the_value_and_what_is_accepted(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         parse_config(MarioConfig, argv)
@@ -130,8 +156,9 @@ def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
     """With 2 env workers, collection steps each worker's halves in turn (policy on one half while
     its worker steps the other); the rollout equals the plain act-then-step loop over the whole
     batch, with the same seed."""
-    from common.vec_env import SubprocVecEnv
     from rollouts import assert_same_rollout, montezuma_rollout
+
+    from common.vec_env import SubprocVecEnv
 
     groups = []
 
@@ -152,8 +179,18 @@ def test_intrinsic_step_on_a_side_thread_changes_nothing(tmp_path, monkeypatch):
     for side in (True, False):
         if not side:
             monkeypatch.setattr(Trainer, "_side_thread", lambda self: None)
-        t = Trainer(MARIO, tiny(tmp_path, run_name=f"side{side}", num_threads=2, num_processes=2, batch_size=2,
-                                num_local_steps=16, seed=9))
+        t = Trainer(
+            MARIO,
+            tiny(
+                tmp_path,
+                run_name=f"side{side}",
+                num_threads=2,
+                num_processes=2,
+                batch_size=2,
+                num_local_steps=16,
+                seed=9,
+            ),
+        )
         assert (t._side_thread() is not None) == side
         fill_fixed_rollout(t)
         with t.math_threads():

@@ -4,6 +4,7 @@ The real emulators are the subject where behaviour depends on them (shapes,
 identical trajectories in-process vs subprocess and across runs, auto-reset); small
 envs from tests/vec_env_helpers.py inject the faults (raise, SIGKILL, os._exit, hang).
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,6 +23,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import vec_env_helpers as H  # noqa: E402
+
 from common.vec_env import (  # noqa: E402
     EnvWorkerError,
     InProcessVecEnv,
@@ -29,6 +31,8 @@ from common.vec_env import (  # noqa: E402
     VecEnv,
     make_vec_env,
 )
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -210,8 +214,14 @@ def test_pipelined_groups_step_like_the_whole_vector(workers):
             for s, e in groups:  # all groups in flight at once, then collected
                 venv.step_async(np.asarray(a[s:e]), s, e)
             parts = [venv.step_wait(s, e) for s, e in groups]
-            got.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                        np.concatenate([p[2] for p in parts]), [i for p in parts for i in p[3]]))
+            got.append(
+                (
+                    np.concatenate([p[0] for p in parts]),
+                    np.concatenate([p[1] for p in parts]),
+                    np.concatenate([p[2] for p in parts]),
+                    [i for p in parts for i in p[3]],
+                )
+            )
     np.testing.assert_array_equal(got[0], ref[0])
     for (o, r, d, i), (o2, r2, d2, i2) in zip(got[1:], ref[1:]):
         np.testing.assert_array_equal(o, o2)
@@ -407,7 +417,8 @@ def test_workers_do_not_reimport_the_main_module(tmp_path):
     every worker. The vector env hides __main__ while starting them, unless a factory
     lives in __main__ (then the worker must import it)."""
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import functools, os, sys
         open(os.path.join({str(tmp_path)!r}, "imported-%d" % os.getpid()), "w").close()
         sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, "tests")!r}]
@@ -423,7 +434,8 @@ def test_workers_do_not_reimport_the_main_module(tmp_path):
                 venv.reset()
                 venv.step([0, 1])
             print("ok")
-    """))
+    """)
+    )
     for kind, expected_imports in (("helpers", 1), ("main", 3)):
         for f in tmp_path.glob("imported-*"):
             f.unlink()

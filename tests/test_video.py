@@ -1,4 +1,5 @@
 """common.video.VideoRecorder: real encoding with imageio-ffmpeg, read back."""
+
 import os
 
 import imageio.v2 as imageio
@@ -6,6 +7,8 @@ import numpy as np
 import pytest
 
 from common.video import VideoRecorder
+
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 
 def read_all(path):

@@ -9,6 +9,7 @@ say: with an absolute one VisualDL's cache keys of ``embedding/metadata`` and
 ``embedding/tensor`` collide (``os.path.join(prefix, "/abs/name")`` drops the prefix) and
 the tensor route answers the metadata.
 """
+
 from __future__ import annotations
 
 import io
@@ -27,10 +28,22 @@ from common.logger import read_metrics
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from visualdl_screenshots import visualdl_server  # noqa: E402  the server launcher shared with the browser test
 
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
+
 RUN = "mario_short"
 TUTORIAL_TAGS = [tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, tags.EVAL_INTRINSIC, tags.TOTAL_LOSS, tags.FORWARD_LOSS]
-STRUCTURED_TAGS = ["losses/total", "losses/forward", tags.INT_REWARD_MEAN, tags.INT_REWARD_RAW, tags.ADV_EXT,
-                   tags.STEPS_PER_SEC, "eval/return", "eval/length", "eval/x_pos", "eval/flag"]
+STRUCTURED_TAGS = [
+    "losses/total",
+    "losses/forward",
+    tags.INT_REWARD_MEAN,
+    tags.INT_REWARD_RAW,
+    tags.ADV_EXT,
+    tags.STEPS_PER_SEC,
+    "eval/return",
+    "eval/length",
+    "eval/x_pos",
+    "eval/flag",
+]
 
 
 class Server:

@@ -13,6 +13,7 @@ Skipped where no chromium is installed (``apt-get install -y chromium chromium-d
 ``.ci/run`` installs it and sets ``PADDLE_CURIOSITY_REQUIRE_CHROMIUM=1``, which turns the
 skip into an error, so CI always runs it.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,14 @@ import visualdl_screenshots as vdl  # noqa: E402
 CHROMIUM = vdl.find_chromium()
 if CHROMIUM is None and os.environ.get("PADDLE_CURIOSITY_REQUIRE_CHROMIUM") == "1":  # set by .ci/run
     raise RuntimeError("PADDLE_CURIOSITY_REQUIRE_CHROMIUM=1 but no chromium is installed")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed: apt-get install -y chromium chromium-driver "
-                             "(.ci/run installs it; $CHROMIUM names another binary)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed: apt-get install -y chromium chromium-driver "
+        "(.ci/run installs it; $CHROMIUM names another binary)",
+    ),
+]
 
 RUN = "mario_short"
 RUN_NAME = f"runs/{RUN}"

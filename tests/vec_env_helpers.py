@@ -3,6 +3,7 @@
 They follow the env contract (uint8 [4, 84, 84] observations, ``reset(seed)``,
 ``step -> obs, reward, done, info``) and fail on purpose where a test needs a fault.
 """
+
 from __future__ import annotations
 
 import os

@@ -23,6 +23,7 @@ use them. Modules: ``onednn`` (the C API through ctypes), ``fused`` (fused and s
 convolutions, the training runner), ``native`` (the collection engine), ``predictor``
 (Paddle Inference), ``allocator``. Measurements: ``docs/performance.md``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,6 +80,9 @@ def collection_engine(net, obs_shape, kind: str, batch: int):
             return None
         return InferenceEngine(net, obs_shape, precision="bf16" if kind == "onednn-bf16" else "fp32")
     except Exception as e:  # noqa: BLE001 - no oneDNN in this Paddle, or a network the engine cannot run
-        warnings.warn(f"--inference {kind} is unavailable ({type(e).__name__}: {e}); collection runs the "
-                      "training network (--inference dygraph)", stacklevel=2)
+        warnings.warn(
+            f"--inference {kind} is unavailable ({type(e).__name__}: {e}); collection runs the "
+            "training network (--inference dygraph)",
+            stacklevel=2,
+        )
         return None

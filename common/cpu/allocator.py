@@ -1,4 +1,5 @@
 """Host-allocator tuning for CPU training (glibc ``mallopt``)."""
+
 from __future__ import annotations
 
 import ctypes

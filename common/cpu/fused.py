@@ -31,6 +31,7 @@ sharded and unsharded. The number of shards (``set_num_shards``) is 1 unless the
 raises it while it runs the networks (``TrainConfig.num_threads``); GPU runs always use
 the plain layers' kernels.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
-
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -48,6 +48,7 @@ from paddle.autograd import PyLayer
 
 try:
     from paddle.utils.dlpack import from_dlpack
+
     _HAS_DLPACK = True
 except ImportError:  # pragma: no cover - older Paddle
     _HAS_DLPACK = False
@@ -56,9 +57,21 @@ from common.cpu import onednn
 
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
-_HAS_KERNELS = all(hasattr(_C_ops, n) for n in (
-    "add", "add_", "relu", "relu_", "leaky_relu", "leaky_relu_", "relu_grad", "leaky_relu_grad", "conv2d",
-    "conv2d_grad"))
+_HAS_KERNELS = all(
+    hasattr(_C_ops, n)
+    for n in (
+        "add",
+        "add_",
+        "relu",
+        "relu_",
+        "leaky_relu",
+        "leaky_relu_",
+        "relu_grad",
+        "leaky_relu_grad",
+        "conv2d",
+        "conv2d_grad",
+    )
+)
 
 _HAS_INPLACE = all(hasattr(_C_ops, n) for n in ("subtract_", "multiply_", "clip_"))
 
@@ -102,8 +115,7 @@ def geometry(conv: nn.Conv2D) -> Geometry | None:
     place that reads them.
     """
     try:
-        return Geometry(list(conv._stride), conv._padding, list(conv._dilation), int(conv._groups),
-                        conv._data_format)
+        return Geometry(list(conv._stride), conv._padding, list(conv._dilation), int(conv._groups), conv._data_format)
     except (AttributeError, TypeError):
         return None
 
@@ -136,8 +148,9 @@ def unit_floats(obs: np.ndarray) -> paddle.Tensor:
     return paddle.to_tensor(obs).astype("float32") / 255.0
 
 
-def standardize(x: paddle.Tensor, mean: paddle.Tensor, inv_std: paddle.Tensor, clip: float,
-                in_place: bool = False) -> paddle.Tensor:
+def standardize(
+    x: paddle.Tensor, mean: paddle.Tensor, inv_std: paddle.Tensor, clip: float, in_place: bool = False
+) -> paddle.Tensor:
     """``clip((x - mean) * inv_std, -clip, clip)``; ``in_place``: ``x`` is a temporary nobody else
     holds, so its buffer is reused (1.7x faster on CPU, same values)."""
     if in_place and _HAS_INPLACE:
@@ -205,7 +218,7 @@ class _BiasAct(PyLayer):
 
     @staticmethod
     def backward(ctx, grad):
-        out, = ctx.saved_tensor()
+        (out,) = ctx.saved_tensor()
         gy = _act_grad(out, grad, ctx.slope)
         return gy, _bias_grad(gy)
 
@@ -228,8 +241,16 @@ def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Te
     g = geometry(conv)
     if not paddle.in_dynamic_mode() or g is None:  # traced for export (common.cpu.predictor): the plain layer
         return _plain_act(conv(x), slope)
-    y = F.conv2d(x, conv.weight, None, stride=g.stride, padding=g.padding, dilation=g.dilation,
-                 groups=g.groups, data_format=g.data_format)
+    y = F.conv2d(
+        x,
+        conv.weight,
+        None,
+        stride=g.stride,
+        padding=g.padding,
+        dilation=g.dilation,
+        groups=g.groups,
+        data_format=g.data_format,
+    )
     if conv.bias is None or not _HAS_KERNELS:
         if conv.bias is not None:
             y = y + conv.bias.reshape([1, -1, 1, 1])
@@ -269,7 +290,7 @@ class _ShardedConvAct(PyLayer):
     @staticmethod
     def backward(ctx, *grads):
         saved = ctx.saved_tensor()
-        w, xs, outs = saved[0], saved[1:1 + ctx.n], saved[1 + ctx.n:]
+        w, xs, outs = saved[0], saved[1 : 1 + ctx.n], saved[1 + ctx.n :]
         attrs, slope = ctx.attrs, ctx.slope
         k = w.shape[2:]
 
@@ -301,8 +322,7 @@ def dnnl_conv_specs(layers):
         if pad is None:
             return None
         k, (s, _, _, d, groups, _) = w.shape[2:], pad
-        if (conv.bias is None or groups != 1 or k[0] != k[1]
-                or s[0] != s[1] or d != [1, 1] or pad[1][0] != pad[1][1]):
+        if conv.bias is None or groups != 1 or k[0] != k[1] or s[0] != s[1] or d != [1, 1] or pad[1][0] != pad[1][1]:
             return None
         specs.append((w.shape[1], w.shape[0], k[0], s[0], pad[1][0], float(slope)))
     return specs
@@ -429,8 +449,13 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
         res = [r.transpose([0, 3, 1, 2]) for r in res]
         return res[0] if keep is None else tuple(res)
     attrs = None
-    if (n > 1 and _HAS_KERNELS and paddle.in_dynamic_mode() and paddle.get_device() == "cpu"
-            and all(c.bias is not None for c, _ in layers)):
+    if (
+        n > 1
+        and _HAS_KERNELS
+        and paddle.in_dynamic_mode()
+        and paddle.get_device() == "cpu"
+        and all(c.bias is not None for c, _ in layers)
+    ):
         attrs = [_conv_attrs(c) for c, _ in layers]
     if attrs is None or None in attrs:
         kept = None
@@ -460,8 +485,12 @@ def fused_groups(seq):
     i = 0
     while i < len(layers):
         stack = []
-        while (i + 1 < len(layers) and isinstance(layers[i], nn.Conv2D) and _conv_attrs(layers[i]) is not None
-               and isinstance(layers[i + 1], (nn.ReLU, nn.LeakyReLU))):
+        while (
+            i + 1 < len(layers)
+            and isinstance(layers[i], nn.Conv2D)
+            and _conv_attrs(layers[i]) is not None
+            and isinstance(layers[i + 1], (nn.ReLU, nn.LeakyReLU))
+        ):
             stack.append((layers[i], act_slope(layers[i + 1])))
             i += 2
         if stack:

@@ -23,6 +23,7 @@ float32 rounding, ~1e-6 relative).
 ``refresh()`` copies the current weights (PPO calls it on first use after an update); a call
 on a batch size not seen before builds its primitives once (a few ms).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,13 +74,18 @@ def _max_pool(layer: nn.MaxPool2D, x):
     """Non-overlapping max pooling (kernel == stride, no padding, sizes divisible), channels-last."""
     k = layer.ksize
     stride = layer.stride if layer.stride is not None else k
-    if not (isinstance(k, int) and stride == k and layer.padding == 0 and not layer.ceil_mode
-            and layer.data_format == "NCHW"):
+    if not (
+        isinstance(k, int)
+        and stride == k
+        and layer.padding == 0
+        and not layer.ceil_mode
+        and layer.data_format == "NCHW"
+    ):
         raise _Unsupported(f"MaxPool2D({k}, stride={stride}, padding={layer.padding})")
     a = x.a if isinstance(x, _ChannelsLast) else np.ascontiguousarray(_plain(x).transpose(0, 2, 3, 1))
     n, h, w, c = a.shape
     ho, wo = h // k, w // k  # floor, as Paddle: trailing rows/columns that do not fill a window are dropped
-    return _ChannelsLast(a[:, :ho * k, :wo * k].reshape(n, ho, k, wo, k, c).max(axis=(2, 4)))
+    return _ChannelsLast(a[:, : ho * k, : wo * k].reshape(n, ho, k, wo, k, c).max(axis=(2, 4)))
 
 
 def _plain(x) -> np.ndarray:
@@ -117,8 +123,9 @@ class NativeEngine:
         if not callable(getattr(net, "compute", None)):
             raise TypeError(f"{type(net).__name__} has no compute(x, run) method: the native engine cannot run it")
         if not onednn.available():
-            raise RuntimeError("the native engine needs the oneDNN library of Paddle's CPU wheel "
-                               "(common.onednn.available() is False)")
+            raise RuntimeError(
+                "the native engine needs the oneDNN library of Paddle's CPU wheel (common.onednn.available() is False)"
+            )
         self.net = net
         self._layers = [m for m in net.sublayers(include_self=True) if isinstance(m, (nn.Linear, nn.Conv2D))]
         self._weights: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -134,8 +141,10 @@ class NativeEngine:
         for m in self._layers:
             if m.bias is None:
                 raise _Unsupported(f"{type(m).__name__} without a bias")
-            self._weights[id(m)] = (np.ascontiguousarray(m.weight.numpy(), dtype=np.float32),
-                                    np.ascontiguousarray(m.bias.numpy(), dtype=np.float32))
+            self._weights[id(m)] = (
+                np.ascontiguousarray(m.weight.numpy(), dtype=np.float32),
+                np.ascontiguousarray(m.bias.numpy(), dtype=np.float32),
+            )
         self._conv_weights.clear()
         self._permuted.clear()
 
@@ -200,7 +209,8 @@ class NativeEngine:
             if key not in self._permuted:
                 h, w, c = x.hwc
                 self._permuted[key] = np.ascontiguousarray(
-                    weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(h * w * c, -1))
+                    weight.reshape(c, h, w, -1).transpose(1, 2, 0, 3).reshape(h * w * c, -1)
+                )
             weight = self._permuted[key]
         else:
             a = np.ascontiguousarray(_plain(x), dtype=np.float32)
@@ -238,5 +248,7 @@ class NativeEngine:
             ref = [r.numpy() for r in self.net(unit_floats(obs))]
         for i, (g, r) in enumerate(zip(got, ref)):
             if g.shape != r.shape or not np.allclose(g, r, rtol=1e-4, atol=1e-5 * (1 + np.abs(r).max())):
-                raise RuntimeError(f"native engine output {i} differs from the network's "
-                                   f"(max abs difference {np.abs(g - r).max() if g.shape == r.shape else g.shape})")
+                raise RuntimeError(
+                    f"native engine output {i} differs from the network's "
+                    f"(max abs difference {np.abs(g - r).max() if g.shape == r.shape else g.shape})"
+                )

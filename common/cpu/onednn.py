@@ -20,6 +20,7 @@ symmetric integer padding. ``available()`` is False (and ``fused`` keeps Paddle'
 the library is missing, is not oneDNN 3.x, or a self-check against Paddle's convolution
 fails.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -100,15 +101,18 @@ def _thread():
 
 def _md(dims, strides, dtype=_F32):
     md = _P()
-    _check(_lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(dims), _DIMS(*dims), dtype,
-                                                     _DIMS(*strides)), "memory desc")
+    _check(
+        _lib.dnnl_memory_desc_create_with_strides(ctypes.byref(md), len(dims), _DIMS(*dims), dtype, _DIMS(*strides)),
+        "memory desc",
+    )
     return md
 
 
 def _md_any(dims):
     md = _P()
-    _check(_lib.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(dims), _DIMS(*dims), _F32, _TAG_ANY),
-           "memory desc")
+    _check(
+        _lib.dnnl_memory_desc_create_with_tag(ctypes.byref(md), len(dims), _DIMS(*dims), _F32, _TAG_ANY), "memory desc"
+    )
     return md
 
 
@@ -124,8 +128,10 @@ def _act_attr(slope):
     """A primitive attribute fusing ReLU (slope 0) or LeakyReLU (ReLU's alpha = the negative slope)."""
     post_ops, attr = _P(), _P()
     _check(_lib.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
-    _check(_lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope), ctypes.c_float(0.0)),
-           "eltwise post-op")
+    _check(
+        _lib.dnnl_post_ops_append_eltwise(post_ops, _ELTWISE_RELU, ctypes.c_float(slope), ctypes.c_float(0.0)),
+        "eltwise post-op",
+    )
     _check(_lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "attr")
     _check(_lib.dnnl_primitive_attr_set_post_ops(attr, post_ops), "attr post-ops")
     return attr
@@ -172,8 +178,10 @@ class _Bound:
 class _Reorder:
     def __init__(self, t, src_md, dst_md):
         pd = _P()
-        _check(_lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, t["engine"], dst_md, t["engine"],
-                                                       None), "reorder")
+        _check(
+            _lib.dnnl_reorder_primitive_desc_create(ctypes.byref(pd), src_md, t["engine"], dst_md, t["engine"], None),
+            "reorder",
+        )
         self.run = _Bound(t, _primitive(pd), [(_ARG_SRC, src_md), (_ARG_DST, dst_md)])
         self.size = _lib.dnnl_memory_desc_get_size(dst_md)
 
@@ -197,28 +205,66 @@ class _Conv:
         w_any, w_user, bias = _md_any([cout, cin, k, k]), _nchw(cout, cin, k, k), _md([cout], [1])
         st, dil, pd_ = _DIMS(stride, stride), _DIMS(0, 0), _DIMS(pad, pad)
         fwd_pd = _P()
-        _check(_lib.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(fwd_pd), t["engine"], _FORWARD_TRAINING, _CONV_DIRECT, src, w_any, bias, dst, st, dil, pd_,
-            pd_, _act_attr(slope)), "convolution forward")
+        _check(
+            _lib.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(fwd_pd),
+                t["engine"],
+                _FORWARD_TRAINING,
+                _CONV_DIRECT,
+                src,
+                w_any,
+                bias,
+                dst,
+                st,
+                dil,
+                pd_,
+                pd_,
+                _act_attr(slope),
+            ),
+            "convolution forward",
+        )
         self.w_fwd = _P(_lib.dnnl_primitive_desc_query_md(fwd_pd, _Q_WEIGHTS_MD, 0))
-        self.fwd = _Bound(t, _primitive(fwd_pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, self.w_fwd), (_ARG_BIAS, bias),
-                                                  (_ARG_DST, dst)])
+        self.fwd = _Bound(
+            t, _primitive(fwd_pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, self.w_fwd), (_ARG_BIAS, bias), (_ARG_DST, dst)]
+        )
         self.w_to_fwd = _Reorder(t, w_user, self.w_fwd)
         bwd_d_pd = _P()
-        _check(_lib.dnnl_convolution_backward_data_primitive_desc_create(
-            ctypes.byref(bwd_d_pd), t["engine"], _CONV_DIRECT, src, w_any, dst, st, dil, pd_, pd_, fwd_pd, None),
-            "convolution backward data")
+        _check(
+            _lib.dnnl_convolution_backward_data_primitive_desc_create(
+                ctypes.byref(bwd_d_pd), t["engine"], _CONV_DIRECT, src, w_any, dst, st, dil, pd_, pd_, fwd_pd, None
+            ),
+            "convolution backward data",
+        )
         self.w_bwd = _P(_lib.dnnl_primitive_desc_query_md(bwd_d_pd, _Q_WEIGHTS_MD, 0))
-        self.bwd_data = _Bound(t, _primitive(bwd_d_pd), [(_ARG_DIFF_DST, dst), (_ARG_WEIGHTS, self.w_bwd),
-                                                         (_ARG_DIFF_SRC, src)])
+        self.bwd_data = _Bound(
+            t, _primitive(bwd_d_pd), [(_ARG_DIFF_DST, dst), (_ARG_WEIGHTS, self.w_bwd), (_ARG_DIFF_SRC, src)]
+        )
         self.w_to_bwd = _Reorder(t, w_user, self.w_bwd)
         bwd_w_pd = _P()
-        _check(_lib.dnnl_convolution_backward_weights_primitive_desc_create(
-            ctypes.byref(bwd_w_pd), t["engine"], _CONV_DIRECT, src, w_any, bias, dst, st, dil, pd_, pd_, fwd_pd, None),
-            "convolution backward weights")
+        _check(
+            _lib.dnnl_convolution_backward_weights_primitive_desc_create(
+                ctypes.byref(bwd_w_pd),
+                t["engine"],
+                _CONV_DIRECT,
+                src,
+                w_any,
+                bias,
+                dst,
+                st,
+                dil,
+                pd_,
+                pd_,
+                fwd_pd,
+                None,
+            ),
+            "convolution backward weights",
+        )
         self.dw = _P(_lib.dnnl_primitive_desc_query_md(bwd_w_pd, _Q_DIFF_WEIGHTS_MD, 0))
-        self.bwd_weights = _Bound(t, _primitive(bwd_w_pd), [(_ARG_SRC, src), (_ARG_DIFF_DST, dst),
-                                                            (_ARG_DIFF_WEIGHTS, self.dw), (_ARG_DIFF_BIAS, bias)])
+        self.bwd_weights = _Bound(
+            t,
+            _primitive(bwd_w_pd),
+            [(_ARG_SRC, src), (_ARG_DIFF_DST, dst), (_ARG_DIFF_WEIGHTS, self.dw), (_ARG_DIFF_BIAS, bias)],
+        )
         self.dw_buf = np.empty(_lib.dnnl_memory_desc_get_size(self.dw) // 4 + 16, np.float32)  # this thread's
         self.dw_to_user = _Reorder(t, self.dw, w_user)
 
@@ -248,10 +294,10 @@ class _Linear:
         src, wts, bias, dst = _md([n, k], [k, 1]), _md([k, m], [m, 1]), _md([1, m], [m, 1]), _md([n, m], [m, 1])
         attr = None if slope is None else _act_attr(slope)
         pd = _P()
-        _check(_lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), t["engine"], src, wts, bias, dst, attr),
-               "matmul")
-        self.run = _Bound(t, _primitive(pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, wts), (_ARG_BIAS, bias),
-                                              (_ARG_DST, dst)])
+        _check(
+            _lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), t["engine"], src, wts, bias, dst, attr), "matmul"
+        )
+        self.run = _Bound(t, _primitive(pd), [(_ARG_SRC, src), (_ARG_WEIGHTS, wts), (_ARG_BIAS, bias), (_ARG_DST, dst)])
 
     def __call__(self, t, x_ptr, w_ptr, b_ptr, y_ptr):
         self.run(x_ptr, w_ptr, b_ptr, y_ptr)
@@ -310,9 +356,11 @@ def _self_check() -> bool:
     # the reference gradients through Paddle's public autograd (conv2d_grad is not in Paddle 2.6's _C_ops)
     xr, wr = paddle.to_tensor(x_np, stop_gradient=False), paddle.to_tensor(w.numpy(), stop_gradient=False)
     (F.conv2d(xr, wr, stride=2, padding=1) * gy_nchw).sum().backward()
-    return (np.allclose(gx.numpy().transpose(0, 3, 1, 2), xr.grad.numpy(), rtol=1e-4, atol=1e-5)
-            and np.allclose(gw.numpy(), wr.grad.numpy(), rtol=1e-4, atol=1e-4)
-            and np.allclose(gb.numpy(), gy_nchw.numpy().sum(axis=(0, 2, 3)), rtol=1e-4, atol=1e-4))
+    return (
+        np.allclose(gx.numpy().transpose(0, 3, 1, 2), xr.grad.numpy(), rtol=1e-4, atol=1e-5)
+        and np.allclose(gw.numpy(), wr.grad.numpy(), rtol=1e-4, atol=1e-4)
+        and np.allclose(gb.numpy(), gy_nchw.numpy().sum(axis=(0, 2, 3)), rtol=1e-4, atol=1e-4)
+    )
 
 
 def available() -> bool:

@@ -18,6 +18,7 @@ takes ``uint8[B, C, H, W]`` observations, as the rollout stores them, and return
 network's outputs as float32 numpy arrays. One thread: collection runs it while the env
 workers hold the cores.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,8 +44,11 @@ def onednn_available() -> bool:
         return False
     if not hasattr(paddle.base.libpaddle, "save_combine_func"):
         return False
-    return bool(paddle.is_compiled_with_onednn() if hasattr(paddle, "is_compiled_with_onednn")
-                else paddle.base.core.is_compiled_with_mkldnn())
+    return bool(
+        paddle.is_compiled_with_onednn()
+        if hasattr(paddle, "is_compiled_with_onednn")
+        else paddle.base.core.is_compiled_with_mkldnn()
+    )
 
 
 @contextlib.contextmanager
@@ -128,8 +132,9 @@ class InferenceEngine:
         """Copy the network's current weights into a new predictor (call after every weight change)."""
         from paddle import inference
 
-        paddle.base.core.save_combine_func([t.value().get_tensor() for t in self._tensors], self._names,
-                                           self.params_path, True, False, False)
+        paddle.base.core.save_combine_func(
+            [t.value().get_tensor() for t in self._tensors], self._names, self.params_path, True, False, False
+        )
         config = inference.Config(self.model_path, self.params_path)
         config.disable_gpu()
         config.enable_mkldnn()

@@ -3,6 +3,7 @@
 ``make_intrinsic(name, ...)`` is the only constructor the trainer calls; every
 module implements ``common.intrinsic.base.IntrinsicModule``.
 """
+
 from __future__ import annotations
 
 from common.intrinsic.base import IntrinsicModule, NoIntrinsic
@@ -10,10 +11,21 @@ from common.intrinsic.base import IntrinsicModule, NoIntrinsic
 INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
 
 
-def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, lr: float,
-                   update_proportion: float, max_grad_norm: float, seed: int,
-                   target_lr: float | None = None, max_pairs: int = 512, target_proportion: float = 1.0,
-                   value_max=255.0) -> IntrinsicModule:
+def make_intrinsic(
+    name: str,
+    make_networks,
+    obs_shape,
+    input_channels: int,
+    *,
+    lr: float,
+    update_proportion: float,
+    max_grad_norm: float,
+    seed: int,
+    target_lr: float | None = None,
+    max_pairs: int = 512,
+    target_proportion: float = 1.0,
+    value_max=255.0,
+) -> IntrinsicModule:
     """Build the intrinsic module ``name``.
 
     ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
@@ -29,15 +41,28 @@ def make_intrinsic(name: str, make_networks, obs_shape, input_channels: int, *, 
     if name == "none":
         return NoIntrinsic()
     target, predictor = make_networks(input_channels)
-    common = dict(obs_shape=obs_shape, input_channels=input_channels, lr=lr,
-                  update_proportion=update_proportion, max_grad_norm=max_grad_norm, seed=seed)
+    common = dict(
+        obs_shape=obs_shape,
+        input_channels=input_channels,
+        lr=lr,
+        update_proportion=update_proportion,
+        max_grad_norm=max_grad_norm,
+        seed=seed,
+    )
     if name == "rnd":
         from common.intrinsic.rnd import RND
+
         return RND(target, predictor, **common)
     from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
+
     if name == "snd-std":
         common["max_pairs"] = max_pairs
     if name == "snd-v":
         common["value_max"] = value_max
-    return SND_VARIANTS[name](target, predictor, target_lr=lr if target_lr is None else target_lr,
-                              target_proportion=target_proportion, **common)
+    return SND_VARIANTS[name](
+        target,
+        predictor,
+        target_lr=lr if target_lr is None else target_lr,
+        target_proportion=target_proportion,
+        **common,
+    )

@@ -26,6 +26,7 @@ noise is 0.2 of the value range, on the raw input scale (``value_max``: 255 for 
 the largest category code per channel for MiniGrid), as the authors add it to pixels
 before normalization.
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,8 +64,9 @@ def tile_mask(h: int, w: int, tile: int, tile_prob: float, rng: np.random.Genera
     return np.repeat(np.repeat(grid, tile, axis=0), tile, axis=1)[:h, :w].astype(np.float32)
 
 
-def random_tile_mask(x, rng: np.random.Generator, p: float = 0.5, tile_sizes=TILE_SIZES,
-                     tile_prob: float = 0.1) -> paddle.Tensor:
+def random_tile_mask(
+    x, rng: np.random.Generator, p: float = 0.5, tile_sizes=TILE_SIZES, tile_prob: float = 0.1
+) -> paddle.Tensor:
     """Zero whole square tiles: per chosen sample (prob ``p``) one tile size is drawn
     from ``tile_sizes`` and each tile is zeroed with prob ``tile_prob``; the same
     mask covers all channels (the channels are a frame stack of one screen)."""
@@ -124,11 +126,13 @@ def random_conv(x, rng: np.random.Generator, p: float = 0.5, kernel: int = 5) ->
 
 def compose(*fns):
     """Chain augmentations ``f(x, rng) -> x`` left to right; returns ``f(x, rng)``."""
+
     def pipeline(x, rng: np.random.Generator) -> paddle.Tensor:
         x = _as_tensor(x)
         for fn in fns:
             x = fn(x, rng)
         return x
+
     return pipeline
 
 
@@ -154,6 +158,8 @@ def snd_v_augment_for(side: int, value_max=1.0):
     (a number, or one per channel); the inputs are augmented on that raw scale."""
     sizes = snd_v_sizes(side)
     steps = [functools.partial(random_conv, kernel=sizes["kernel"])] if sizes["kernel"] else []
-    steps += [functools.partial(random_tile_mask, tile_sizes=sizes["tile_sizes"]),
-              functools.partial(uniform_noise, scale=NOISE_SHARE * np.asarray(value_max, np.float32))]
+    steps += [
+        functools.partial(random_tile_mask, tile_sizes=sizes["tile_sizes"]),
+        functools.partial(uniform_noise, scale=NOISE_SHARE * np.asarray(value_max, np.float32)),
+    ]
     return compose(*steps)

@@ -22,6 +22,7 @@ Conventions
   own optimizers and returns a flat ``dict[str, float]`` of losses whose keys
   become VisualDL tags under ``losses/``.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,6 +9,7 @@ Initialization is set per layer through ``ParamAttr`` (never with
 ``set_global_initializer``, which would silently change every layer created
 afterwards, in any module; defect 4 of the tutorial).
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,15 @@ class ConvFeatureNet(Net):
     (float32[B, 64, 9, 9] for 84x84 input), the "local features" SND-STD needs.
     """
 
-    def __init__(self, in_channels: int, out_dim: int = 512, hidden=(), input_hw: int = 84,
-                 init: str = "orthogonal", specs=CONV_SPECS):
+    def __init__(
+        self,
+        in_channels: int,
+        out_dim: int = 512,
+        hidden=(),
+        input_hw: int = 84,
+        init: str = "orthogonal",
+        specs=CONV_SPECS,
+    ):
         super().__init__()
         convs, c = [], in_channels
         for out_c, k, s in specs:

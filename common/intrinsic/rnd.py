@@ -6,6 +6,7 @@ normalizer, the predictor and its optimizer, the novelty reward
 predictor's distillation step on a random ``update_proportion`` share of each
 minibatch. ``RND`` freezes its target; the SND variants (``snd.py``) train theirs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,8 +35,17 @@ class DistillationModule(IntrinsicModule):
         seed: seeds the subset sampling (its state is checkpointed).
     """
 
-    def __init__(self, target: nn.Layer, predictor: nn.Layer, obs_shape, input_channels: int,
-                 lr: float, update_proportion: float, max_grad_norm: float, seed: int = 0):
+    def __init__(
+        self,
+        target: nn.Layer,
+        predictor: nn.Layer,
+        obs_shape,
+        input_channels: int,
+        lr: float,
+        update_proportion: float,
+        max_grad_norm: float,
+        seed: int = 0,
+    ):
         if not 0.0 < update_proportion <= 1.0:
             raise ValueError(f"update_proportion must be in (0, 1], got {update_proportion}")
         c, h, w = obs_shape
@@ -51,8 +61,9 @@ class DistillationModule(IntrinsicModule):
         self._norm_cache = None
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
-        return paddle.optimizer.Adam(learning_rate=lr, parameters=parameters,
-                                     grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
+        return paddle.optimizer.Adam(
+            learning_rate=lr, parameters=parameters, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm)
+        )
 
     def reset_optimizers(self) -> None:
         """Fresh optimizers (no moments), as before the first update."""
@@ -60,13 +71,13 @@ class DistillationModule(IntrinsicModule):
 
     # ---- observation normalization ------------------------------------------------
     def _select(self, obs: np.ndarray) -> np.ndarray:
-        return obs[:, -self.input_channels:]
+        return obs[:, -self.input_channels :]
 
     def observe(self, obs: np.ndarray) -> None:
         """Update the running mean/std with uint8[B, C, H, W] frames (chunked: float64 copies are big)."""
         x = self._select(obs)
         for i in range(0, len(x), _CHUNK):
-            chunk = x[i:i + _CHUNK].astype(np.float64)
+            chunk = x[i : i + _CHUNK].astype(np.float64)
             self.obs_rms.update_from_moments(chunk.mean(0), chunk.var(0), len(chunk))
         self._norm_cache = None
 
@@ -83,8 +94,10 @@ class DistillationModule(IntrinsicModule):
 
         ``fresh``: ``x`` is a temporary nobody else holds, so it may be overwritten."""
         if self._norm_cache is None:
-            self._norm_cache = (paddle.to_tensor(self.obs_rms.mean.astype(np.float32)),
-                                paddle.to_tensor((1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)))
+            self._norm_cache = (
+                paddle.to_tensor(self.obs_rms.mean.astype(np.float32)),
+                paddle.to_tensor((1.0 / np.sqrt(self.obs_rms.var + 1e-8)).astype(np.float32)),
+            )
         mean, inv_std = self._norm_cache
         return cpu.standardize(x, mean, inv_std, OBS_CLIP, in_place=fresh)
 
@@ -96,15 +109,16 @@ class DistillationModule(IntrinsicModule):
     def reward(self, obs: np.ndarray) -> np.ndarray:
         out = []
         for i in range(0, len(obs), _CHUNK):
-            x = self.normalize(obs[i:i + _CHUNK])
+            x = self.normalize(obs[i : i + _CHUNK])
             err = self._target_features(x) - self.predictor(x)
             out.append((err * err).sum(axis=1).numpy() / 2.0)
         return np.concatenate(out).astype(np.float32)
 
     @paddle.no_grad()
     def features(self, obs: np.ndarray) -> np.ndarray:
-        return np.concatenate([self._target_features(self.normalize(obs[i:i + _CHUNK])).numpy()
-                               for i in range(0, len(obs), _CHUNK)]).astype(np.float32)
+        return np.concatenate(
+            [self._target_features(self.normalize(obs[i : i + _CHUNK])).numpy() for i in range(0, len(obs), _CHUNK)]
+        ).astype(np.float32)
 
     # ---- training -------------------------------------------------------------------
     def _subset(self, n: int) -> np.ndarray:

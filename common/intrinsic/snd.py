@@ -22,6 +22,7 @@ The loss terms are standalone functions so that they can be checked against nump
 Constants are from the authors' code (Iskandor/SND: ``modules/encoders/EncoderAtari.py``
 and ``modules/rnd_models/RNDModelAtari.py``); docs/sources.md (section 4) sets them out.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,9 +30,9 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
-from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.rnd import DistillationModule
 
 # SND-V: the magnitude regularizer only acts above this mean squared feature size
@@ -50,8 +51,9 @@ VICREG_EPS = 1e-4
 # ---------------------------------------------------------------------------------
 # loss terms (pure functions of tensors)
 # ---------------------------------------------------------------------------------
-def snd_v_terms(z_a: paddle.Tensor, z_b: paddle.Tensor, tau: paddle.Tensor,
-                limit: float = SNDV_MAGNITUDE_LIMIT) -> dict:
+def snd_v_terms(
+    z_a: paddle.Tensor, z_b: paddle.Tensor, tau: paddle.Tensor, limit: float = SNDV_MAGNITUDE_LIMIT
+) -> dict:
     """SND-V's contrastive loss terms.
 
     Args:
@@ -63,7 +65,7 @@ def snd_v_terms(z_a: paddle.Tensor, z_b: paddle.Tensor, tau: paddle.Tensor,
     """
     d = ((z_a - z_b) ** 2).mean(axis=1)
     contrastive = ((tau - d) ** 2).mean()
-    magnitude = F.relu((z_a ** 2).mean() + (z_b ** 2).mean() - limit)
+    magnitude = F.relu((z_a**2).mean() + (z_b**2).mean() - limit)
     return {"contrastive": contrastive, "magnitude": magnitude}
 
 
@@ -85,12 +87,11 @@ def vicreg_terms(z_a: paddle.Tensor, z_b: paddle.Tensor, eps: float = VICREG_EPS
         var = paddle.diagonal(cov)
         var_term = F.relu(1.0 - paddle.sqrt(var + eps)).mean()
         off = cov * (1.0 - paddle.eye(d, dtype=cov.dtype))
-        return var_term, (off ** 2).sum() / d
+        return var_term, (off**2).sum() / d
 
     var_a, cov_a = var_cov(z_a)
     var_b, cov_b = var_cov(z_b)
-    return {"invariance": ((z_a - z_b) ** 2).mean(), "variance": var_a + var_b,
-            "covariance": cov_a + cov_b}
+    return {"invariance": ((z_a - z_b) ** 2).mean(), "variance": var_a + var_b, "covariance": cov_a + cov_b}
 
 
 def infonce_loss(scores: paddle.Tensor) -> paddle.Tensor:
@@ -106,8 +107,9 @@ def infonce_loss(scores: paddle.Tensor) -> paddle.Tensor:
     return -paddle.diagonal(logp, axis1=1, axis2=2).mean()
 
 
-def stdim_scores(global_next: paddle.Tensor, local_t: paddle.Tensor, local_next: paddle.Tensor,
-                 gl_head: nn.Layer, ll_head: nn.Layer):
+def stdim_scores(
+    global_next: paddle.Tensor, local_t: paddle.Tensor, local_next: paddle.Tensor, gl_head: nn.Layer, ll_head: nn.Layer
+):
     """ST-DIM's bilinear scores.
 
     Args:
@@ -121,9 +123,9 @@ def stdim_scores(global_next: paddle.Tensor, local_t: paddle.Tensor, local_next:
         ``scores_ll[p, i, j] = W_l(local_next[i, :, p]) . local_t[j, :, p]``.
     """
     n, c = local_t.shape[0], local_t.shape[1]
-    lt = local_t.reshape([n, c, -1]).transpose([2, 0, 1])        # [P, N, C]
-    ln = local_next.reshape([n, c, -1]).transpose([2, 0, 1])     # [P, N, C]
-    g = gl_head(global_next)                                     # [N, C]
+    lt = local_t.reshape([n, c, -1]).transpose([2, 0, 1])  # [P, N, C]
+    ln = local_next.reshape([n, c, -1]).transpose([2, 0, 1])  # [P, N, C]
+    g = gl_head(global_next)  # [N, C]
     scores_gl = paddle.matmul(g.unsqueeze(0).expand([lt.shape[0], n, c]), lt, transpose_y=True)
     scores_ll = paddle.matmul(ll_head(ln), lt, transpose_y=True)
     return scores_gl, scores_ll
@@ -132,7 +134,7 @@ def stdim_scores(global_next: paddle.Tensor, local_t: paddle.Tensor, local_next:
 def _row_std(z: paddle.Tensor) -> paddle.Tensor:
     """Unbiased std of each row of float32[N, D] -> float32[N] (``paddle.std`` logs a dtype-promotion warning)."""
     zc = z - z.mean(axis=1, keepdim=True)
-    return paddle.sqrt((zc ** 2).sum(axis=1) / (z.shape[1] - 1))
+    return paddle.sqrt((zc**2).sum(axis=1) / (z.shape[1] - 1))
 
 
 def stdim_terms(scores_gl: paddle.Tensor, scores_ll: paddle.Tensor, z_t: paddle.Tensor) -> dict:
@@ -145,9 +147,12 @@ def stdim_terms(scores_gl: paddle.Tensor, scores_ll: paddle.Tensor, z_t: paddle.
       without bound (the authors use the Frobenius norm per location; the mean of
       squares does not scale with the batch size).
     """
-    return {"global_local": infonce_loss(scores_gl), "local_local": infonce_loss(scores_ll),
-            "std": -_row_std(z_t).mean(),
-            "score_sq": (scores_gl ** 2).mean() + (scores_ll ** 2).mean()}
+    return {
+        "global_local": infonce_loss(scores_gl),
+        "local_local": infonce_loss(scores_ll),
+        "std": -_row_std(z_t).mean(),
+        "score_sq": (scores_gl**2).mean() + (scores_ll**2).mean(),
+    }
 
 
 def contrastive_pairs(n: int, rng: np.random.Generator):
@@ -185,14 +190,33 @@ class _SNDBase(DistillationModule):
 
     TERMS: tuple = ()
 
-    def __init__(self, target: nn.Layer, predictor: nn.Layer, *, target_lr: float, obs_shape,
-                 input_channels: int, lr: float, update_proportion: float, max_grad_norm: float,
-                 seed: int = 0, target_proportion: float = 1.0):
+    def __init__(
+        self,
+        target: nn.Layer,
+        predictor: nn.Layer,
+        *,
+        target_lr: float,
+        obs_shape,
+        input_channels: int,
+        lr: float,
+        update_proportion: float,
+        max_grad_norm: float,
+        seed: int = 0,
+        target_proportion: float = 1.0,
+    ):
         if not 0.0 < target_proportion <= 1.0:
             raise ValueError(f"target_proportion must be in (0, 1], got {target_proportion}")
         self.target_proportion = float(target_proportion)
-        super().__init__(target, predictor, obs_shape=obs_shape, input_channels=input_channels, lr=lr,
-                         update_proportion=update_proportion, max_grad_norm=max_grad_norm, seed=seed)
+        super().__init__(
+            target,
+            predictor,
+            obs_shape=obs_shape,
+            input_channels=input_channels,
+            lr=lr,
+            update_proportion=update_proportion,
+            max_grad_norm=max_grad_norm,
+            seed=seed,
+        )
         self.target.train()
         for p in self.target.parameters():
             p.stop_gradient = False
@@ -280,7 +304,7 @@ class SNDV(_SNDBase):
         if augment is None:
             vmax = np.asarray(value_max, np.float32)
             if vmax.ndim == 1:
-                vmax = vmax[-self.input_channels:]  # the channels the module looks at
+                vmax = vmax[-self.input_channels :]  # the channels the module looks at
             augment = snd_v_augment_for(int(self.obs_rms.mean.shape[-1]), vmax)
         self.augment = augment
 
@@ -293,7 +317,7 @@ class SNDV(_SNDBase):
         xa = self.augment(paddle.gather(x, paddle.to_tensor(idx_a)), self.rng)
         xb = self.augment(paddle.gather(x, paddle.to_tensor(idx_b)), self.rng)
         z = self.target(self.standardize(paddle.concat([xa, xb])))  # one pass for both members
-        z_a, z_b = z[:len(obs)], z[len(obs):]
+        z_a, z_b = z[: len(obs)], z[len(obs) :]
         terms = snd_v_terms(z_a, z_b, paddle.to_tensor(tau))
         return terms["contrastive"] + terms["magnitude"], terms
 
@@ -344,11 +368,11 @@ class SNDSTD(_SNDBase):
             obs, next_obs = obs[keep], next_obs[keep]
         n = len(obs)
         z, fmap = self.target.forward_with_map(paddle.concat([self.normalize(obs), self.normalize(next_obs)]))
-        scores_gl, scores_ll = stdim_scores(z[n:], fmap[:n], fmap[n:],
-                                            self.heads.global_local, self.heads.local_local)
+        scores_gl, scores_ll = stdim_scores(z[n:], fmap[:n], fmap[n:], self.heads.global_local, self.heads.local_local)
         terms = stdim_terms(scores_gl, scores_ll, z[:n])
-        total = (terms["global_local"] + terms["local_local"]
-                 + STDIM_BETA1 * terms["std"] + STDIM_BETA2 * terms["score_sq"])
+        total = (
+            terms["global_local"] + terms["local_local"] + STDIM_BETA1 * terms["std"] + STDIM_BETA2 * terms["score_sq"]
+        )
         return total, terms
 
 
@@ -370,8 +394,7 @@ class SNDVIC(_SNDBase):
         n = len(obs)
         z = self.target(paddle.concat([self.normalize(obs), self.normalize(next_obs)]))
         terms = vicreg_terms(z[:n], z[n:])
-        total = (VICREG_LAMBDA * terms["invariance"] + VICREG_MU * terms["variance"]
-                 + VICREG_NU * terms["covariance"])
+        total = VICREG_LAMBDA * terms["invariance"] + VICREG_MU * terms["variance"] + VICREG_NU * terms["covariance"]
         return total, terms
 
 

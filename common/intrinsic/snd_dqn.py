@@ -29,6 +29,7 @@ The article's SND-V differs from the SND authors' (``common/intrinsic/snd.py``,
 Observations arrive uint8 ``[B, C, H, W]`` (the stacked window, all channels) and are
 scaled by 1/255 (SRL's ``ImageProcessor(enable_norm=True)``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,8 +63,9 @@ def article_pairs(states1: np.ndarray, states2: np.ndarray):
     n = len(states1)
     half = n // 2
     if n < 2 or n % 2 or len(states2) != half:
-        raise ValueError(f"SND-V pairs need an even batch of states1 (got {n}) and half as many states2 "
-                         f"(got {len(states2)})")
+        raise ValueError(
+            f"SND-V pairs need an even batch of states1 (got {n}) and half as many states2 (got {len(states2)})"
+        )
     b = np.concatenate([states1[:half], states2], axis=0)
     tau = np.concatenate([np.zeros(half, np.float32), np.ones(half, np.float32)])
     return states1, b, tau
@@ -82,8 +84,16 @@ class SNDVArticle(IntrinsicModule):
 
     name = "snd-v-dqn"
 
-    def __init__(self, target: nn.Layer, predictor: nn.Layer, *, lr: float, noise: float = 0.2,
-                 distill_pairing: str = "same", seed: int = 0):
+    def __init__(
+        self,
+        target: nn.Layer,
+        predictor: nn.Layer,
+        *,
+        lr: float,
+        noise: float = 0.2,
+        distill_pairing: str = "same",
+        seed: int = 0,
+    ):
         if distill_pairing not in DISTILL_PAIRINGS:
             raise ValueError(f"distill_pairing must be one of {', '.join(DISTILL_PAIRINGS)}, got {distill_pairing!r}")
         if not noise >= 0:
@@ -93,10 +103,12 @@ class SNDVArticle(IntrinsicModule):
         self.target, self.predictor = target, predictor
         self.noise = float(noise)
         self.distill_pairing = distill_pairing
-        self.target_opt = paddle.optimizer.Adam(learning_rate=lr, parameters=target.parameters(),
-                                                epsilon=_KERAS_ADAM_EPSILON)
-        self.predictor_opt = paddle.optimizer.Adam(learning_rate=lr, parameters=predictor.parameters(),
-                                                   epsilon=_KERAS_ADAM_EPSILON)
+        self.target_opt = paddle.optimizer.Adam(
+            learning_rate=lr, parameters=target.parameters(), epsilon=_KERAS_ADAM_EPSILON
+        )
+        self.predictor_opt = paddle.optimizer.Adam(
+            learning_rate=lr, parameters=predictor.parameters(), epsilon=_KERAS_ADAM_EPSILON
+        )
         self.rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ inputs
@@ -124,15 +136,16 @@ class SNDVArticle(IntrinsicModule):
         """``sum_k (target(s) - predictor(s))^2`` of uint8[B, C, H, W] -> float32[B]."""
         out = []
         for i in range(0, len(obs), _CHUNK):
-            x = self._x(obs[i:i + _CHUNK])
+            x = self._x(obs[i : i + _CHUNK])
             err = self.target(x) - self.predictor(x)
             out.append((err * err).sum(axis=1).numpy())
         return np.concatenate(out).astype(np.float32)
 
     @paddle.no_grad()
     def features(self, obs: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.target(self._x(obs[i:i + _CHUNK])).numpy()
-                               for i in range(0, len(obs), _CHUNK)]).astype(np.float32)
+        return np.concatenate(
+            [self.target(self._x(obs[i : i + _CHUNK])).numpy() for i in range(0, len(obs), _CHUNK)]
+        ).astype(np.float32)
 
     def contrastive_inputs(self, states1: np.ndarray, states2: np.ndarray):
         """The article's pairs as network inputs: ``(x_a, x_b, tau)``, float32 tensors [B, C, H, W] twice and
@@ -193,9 +206,14 @@ class SNDVArticle(IntrinsicModule):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {"name": self.name, "target": self.target.state_dict(), "predictor": self.predictor.state_dict(),
-                "target_opt": optimizer_state(self.target_opt), "predictor_opt": optimizer_state(self.predictor_opt),
-                "rng": self.rng.bit_generator.state}
+        return {
+            "name": self.name,
+            "target": self.target.state_dict(),
+            "predictor": self.predictor.state_dict(),
+            "target_opt": optimizer_state(self.target_opt),
+            "predictor_opt": optimizer_state(self.predictor_opt),
+            "rng": self.rng.bit_generator.state,
+        }
 
     def set_state_dict(self, state: dict) -> None:
         if state.get("name") != self.name:
