@@ -1,12 +1,26 @@
-"""Does the SND intrinsic signal stay up where RND's decays? Short Mario 1-1 runs per variant.
+"""Does the SND novelty signal persist where RND's fades? Mario 1-1, every module, several seeds.
 
-One short run per intrinsic module (rnd, snd-v, snd-std, snd-vic), same seed, same number of
-agent steps, same (reduced) PPO sizes; then the mean raw intrinsic reward per update
-(tag intrinsic/raw_reward_mean), divided by each run's first value, is plotted over agent steps.
+    python benchmarks/snd_signal.py                  # 4 modules x 2 seeds x 30,720 agent steps (hours)
+    python benchmarks/snd_signal.py --quick          # CI-sized check of the pipeline
+    python benchmarks/snd_signal.py --report-only    # docs/snd_signal.md + PNG from the committed summaries
 
-    python benchmarks/snd_signal.py                                  # run the four variants, then plot
-    python benchmarks/snd_signal.py --plot-only runs/evidence/snd_signal
+Each run is ``mario/train.py`` on world 1-1 with the game's defaults except the sizes
+below (equal for every module), without evaluation. A finished run leaves
+``docs/results/snd_signal/<module>_seed<k>.json``: the mean raw intrinsic reward of every
+rollout (``intrinsic/raw_reward_mean``, before the trainer's scaling), the spread of the
+raw rewards inside each rollout (coefficient of variation: how much the signal tells
+states apart), and the episodes' x positions. The suite skips runs whose summary exists
+and the report is rebuilt from the summaries alone.
+
+The SND paper's claim (Pecháč et al. 2023, arXiv 2302.11563): with a trained target, the
+prediction error keeps separating new states from familiar ones, where RND's fixed random
+target lets the predictor catch up and the signal fade. Raw magnitudes of different
+modules are not comparable (each measures distances in its own feature space, and SND's
+moves), so the report compares each run with itself: the signal late in the run relative
+to early in the run (after the predictor's first fit), and the within-rollout spread.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
@@ -15,34 +29,44 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
-VARIANTS = ("rnd", "snd-v", "snd-std", "snd-vic")
+from common.logger import read_metrics  # noqa: E402
+
+MODULES = ("rnd", "snd-v", "snd-std", "snd-vic")
+SEEDS = 2
+#: the run's sizes: 2 envs x 128 steps per update, 4 epochs x 4 minibatches, 120 updates
+SIZES = {"num_processes": 2, "num_local_steps": 128, "num_epochs": 4, "batch_size": 4, "num_global_steps": 30_720}
+QUICK_SIZES = {"num_processes": 2, "num_local_steps": 16, "num_epochs": 1, "batch_size": 2, "num_global_steps": 96}
+#: "early" = the mean of updates 2-6 (after the predictor's first fit); "late" = the last 10 updates
+EARLY, LATE = slice(1, 6), slice(-10, None)
+RESULTS = os.path.join(ROOT, "docs", "results", "snd_signal")
 
 
-def train_command(args, variant):
-    return [
+def run_name(module, seed):
+    return f"{module}_seed{seed}"
+
+
+def command(module, seed, sizes, out):
+    argv = [
         sys.executable,
-        "mario/train.py",
+        os.path.join(ROOT, "mario", "train.py"),
         "--world",
         "1",
         "--stage",
         "1",
         "--intrinsic",
-        variant,
+        module,
         "--seed",
-        str(args.seed),
-        "--num-processes",
-        str(args.num_processes),
-        "--num-local-steps",
-        str(args.num_local_steps),
-        "--num-epochs",
-        str(args.num_epochs),
-        "--batch-size",
-        str(args.batch_size),
-        "--num-global-steps",
-        str(args.num_global_steps),
+        str(seed),
+        "--log-path",
+        out,
+        "--run-name",
+        run_name(module, seed),
         "--eval-interval",
         "0",
         "--video-interval",
@@ -53,266 +77,162 @@ def train_command(args, variant):
         "0",
         "--save-interval",
         "0",
-        "--log-path",
-        args.log_path,
-        "--run-name",
-        variant,
     ]
+    for k, v in sizes.items():
+        argv += ["--" + k.replace("_", "-"), str(v)]
+    return argv
 
 
-def run_variants(group_dir, args):
-    os.makedirs(group_dir, exist_ok=True)
-    log = {}
-    for variant in args.variants:
-        cmd = train_command(args, variant)
-        print("running:", " ".join(cmd), flush=True)
-        start = time.time()
-        rc = subprocess.call(cmd, cwd=ROOT)
-        log[variant] = {"command": " ".join(cmd), "returncode": rc, "wall_s": time.time() - start}
-        print(f"[snd_signal] {variant}: exit {rc} after {log[variant]['wall_s']:.0f} s", flush=True)
-        with open(os.path.join(group_dir, "benchmark_runs.json"), "w") as f:
-            json.dump(log, f, indent=1)
-    return log
+def summarize_run(run_dir, module, seed, seconds, argv) -> dict:
+    m = read_metrics(run_dir)
+    steps, raw = m["intrinsic/raw_reward_mean"]
+    cv_steps, cv = m.get("intrinsic/raw_reward_cv", (steps, np.full(len(raw), np.nan)))
+    xs = m.get("episode/x_pos", (np.zeros(0), np.zeros(0)))[1]
+    root = ROOT + os.sep
+    return {
+        "module": module,
+        "seed": seed,
+        "updates": int(len(raw)),
+        "agent_steps": int(steps[-1]),
+        "seconds": round(float(seconds), 1),
+        "raw": {
+            "steps": steps.astype(int).tolist(),
+            "mean": [round(float(v), 6) for v in raw],
+            "cv": [None if not np.isfinite(v) else round(float(v), 5) for v in cv],
+        },
+        "early": float(raw[EARLY].mean()),
+        "late": float(raw[LATE].mean()),
+        "late_over_early": float(raw[LATE].mean() / raw[EARLY].mean()),
+        "episodes": int(len(xs)),
+        "x_pos_mean": float(xs.mean()) if len(xs) else 0.0,
+        "x_pos_max": float(xs.max()) if len(xs) else 0.0,
+        "command": [a.replace(root, "") for a in argv[1:]],
+    }
 
 
-def summarise(group_dir):
-    from common.logger import read_metrics
+def run_all(todo, out, results):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    for module, seed, sizes in todo:
+        argv = command(module, seed, sizes, out)
+        name = run_name(module, seed)
+        print(f"[{time.strftime('%H:%M:%S')}] start {name}", flush=True)
+        t0 = time.time()
+        with open(os.path.join(out, name + ".log"), "w") as log:
+            rc = subprocess.call(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if rc != 0:
+            print(f"  FAILED (exit {rc}), see {os.path.join(out, name + '.log')}", flush=True)
+            continue
+        summary = summarize_run(os.path.join(out, name), module, seed, time.time() - t0, argv)
+        os.makedirs(results, exist_ok=True)
+        with open(os.path.join(results, name + ".json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        print(f"  done in {summary['seconds']:.0f} s: late/early {summary['late_over_early']:.3f}", flush=True)
 
+
+def load(results):
     out = {}
-    for variant in VARIANTS:
-        run_dir = os.path.join(group_dir, variant)
-        if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-            continue
-        m = read_metrics(run_dir)
-        if "intrinsic/raw_reward_mean" not in m:
-            continue
-        steps, vals = m["intrinsic/raw_reward_mean"]
-        out[variant] = {
-            "steps": steps.tolist(),
-            "raw": vals.tolist(),
-            "first": float(vals[0]),
-            "last": float(vals[-1]),
-            "ratio": float(vals[-1] / vals[0]) if vals[0] else float("nan"),
-            "min_ratio": float(vals.min() / vals[0]) if vals[0] else float("nan"),
-            "ratio3": float(vals[-3:].mean() / vals[:3].mean()),
-            "updates": int(len(vals)),
-        }
-        if "episode/x_pos" in m:
-            out[variant]["x_pos_max"] = float(m["episode/x_pos"][1].max())
-            out[variant]["episodes"] = int(len(m["episode/x_pos"][1]))
+    for name in sorted(os.listdir(results)) if os.path.isdir(results) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(results, name)) as f:
+                s = json.load(f)
+            out.setdefault(s["module"], []).append(s)
     return out
 
 
-def _ratios(summary, variants):
-    return ", ".join(f"{v}: {summary[v]['ratio3']:.3f}" for v in variants)
-
-
-def first_config(group_dir: str, variants) -> dict:
-    """The config.json of the first variant run in ``group_dir`` that has one ({} if none)."""
-    for variant in variants:
-        cfg_file = os.path.join(group_dir, variant, "config.json")
-        if os.path.exists(cfg_file):
-            with open(cfg_file) as f:
-                return json.load(f)
-    return {}
-
-
-def plot(group_dir, args):
+def report(summaries, docs):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = summarise(group_dir)
-    if not summary:
-        raise SystemExit(f"no runs with intrinsic/raw_reward_mean under {group_dir}")
-    os.makedirs(args.docs, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for variant, s in summary.items():
-        ax.plot(s["steps"], [v / s["first"] for v in s["raw"]], marker=".", label=variant)
-    ax.axhline(1.0, color="gray", lw=0.6, ls=":")
-    ax.set_xlabel("agent steps")
-    ax.set_ylabel("raw intrinsic reward / first update's value")
-    ax.set_title("Mario 1-1: mean raw intrinsic reward per update (normalised)")
-    ax.set_yscale("log")
-    ax.legend()
+    os.makedirs(docs, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for module in MODULES:
+        for k, s in enumerate(summaries.get(module, [])):
+            steps, mean = np.array(s["raw"]["steps"]), np.array(s["raw"]["mean"])
+            color = f"C{MODULES.index(module)}"
+            label = module if k == 0 else None
+            axes[0].plot(steps, mean / s["early"], color=color, alpha=0.8, label=label, lw=1)
+            cv = np.array([np.nan if v is None else v for v in s["raw"]["cv"]], float)
+            axes[1].plot(steps, cv, color=color, alpha=0.8, label=label, lw=1)
+    axes[0].axhline(1.0, color="gray", lw=0.6, ls=":")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("raw intrinsic reward / its early mean")
+    axes[1].set_ylabel("within-rollout coefficient of variation")
+    for ax in axes:
+        ax.set_xlabel("agent steps")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title("Mario 1-1: how much of the signal is left", fontsize=10)
+    axes[1].set_title("how much it tells states apart", fontsize=10)
     fig.tight_layout()
-    png = os.path.join(args.docs, "snd_signal.png")
-    fig.savefig(png, dpi=120)
-    print("wrote", png)
-
-    runs = {}
-    runs_file = os.path.join(group_dir, "benchmark_runs.json")
-    if os.path.exists(runs_file):
-        with open(runs_file) as f:
-            runs = json.load(f)
-    cfg = first_config(group_dir, summary)
+    fig.savefig(os.path.join(docs, "snd_signal.png"), dpi=110)
+    plt.close(fig)
     lines = [
-        "# Intrinsic signal of RND vs SND on Mario 1-1",
+        "<!-- snd-signal-table:start -->",
         "",
-        "Short runs, one per intrinsic module, same seed and same number of agent steps. "
-        "Tag `intrinsic/raw_reward_mean` (the mean raw intrinsic reward of each rollout, before the "
-        "running-std normalisation), divided by each run's first value.",
+        "Generated by `python benchmarks/snd_signal.py --report-only` from `docs/results/snd_signal/*.json`. "
+        "late/early = mean raw intrinsic reward of the last 10 updates over that of updates 2-6 (after the "
+        "predictor's first fit), per seed; CV = std/mean of the raw rewards inside a rollout, mean over the "
+        "last 10 updates.",
         "",
-        f"Settings: world 1-1, seed {cfg.get('seed')}, {cfg.get('num_processes')} processes x "
-        f"{cfg.get('num_local_steps')} local steps, {cfg.get('num_epochs')} epochs x "
-        f"{cfg.get('batch_size')} minibatches, lr {cfg.get('lr')}, "
-        f"{cfg.get('num_global_steps')} agent steps per run; other flags at their defaults "
-        "(int-coef 0.5, update-proportion 0.25, obs-norm-steps 128).",
-        "",
-        "![normalised raw intrinsic reward](snd_signal.png)",
-        "",
-        "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 | wall (s) "
-        "| max x_pos |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| module | seeds | agent steps | late/early per seed | mean | CV late per seed | mean x_pos | wall (min) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for variant, s in summary.items():
-        wall = runs.get(variant, {}).get("wall_s")
-        wall = "-" if wall is None else f"{wall:.0f}"
-        lines.append(
-            f"| {variant} | {s['updates']} | {s['first']:.4g} | {s['last']:.4g} | {s['ratio']:.3f} | "
-            f"{s['min_ratio']:.3f} | {s['ratio3']:.3f} | {wall} | {s.get('x_pos_max', float('nan')):.0f} |"
-        )
-    lines += ["", "## What this shows", ""]
-    if "rnd" in summary:
-        rnd = summary["rnd"]
-        above = [v for v in summary if v != "rnd" and summary[v]["ratio3"] > rnd["ratio3"]]
-        below = [v for v in summary if v != "rnd" and summary[v]["ratio3"] <= rnd["ratio3"]]
-        lines.append(
-            f"- Over these {rnd['updates']} updates RND's raw signal ends at {rnd['ratio']:.3f} of its first "
-            f"value ({rnd['ratio3']:.3f} comparing the mean of the last 3 updates with the first 3)."
-        )
-        if below:
-            lines.append(
-                f"- {', '.join(below)} end *lower* relative to their start than RND "
-                f"({_ratios(summary, below)}): "
-                "in this window the SND signal does not stay up while RND's decays."
-            )
-        if above:
-            lines.append(
-                f"- {', '.join(above)} stay higher relative to their start than RND ({_ratios(summary, above)})."
-            )
-    same_first = len({round(s["first"], 6) for s in summary.values()}) == 1
-    lines += [
-        "- The first value is the rollout collected before any update"
-        + (
-            " and is identical for all variants (same seed: policy, environments and initial networks coincide)"
-            if same_first
-            else ""
-        )
-        + "; the large drop from update 1 to 2 is the predictor's initial fit, so last/first mostly measures that fit."
-        " The last-3/first-3 column and the curve from update 2 on are the better guide.",
-        "- Raw rewards are squared distances in each module's target feature space. SND trains its target, so its "
-        "feature scale moves (e.g. SND-STD/VICReg regularisers shrink or spread the features); a falling SND curve "
-        "can reflect a rescaled target as well as a better predictor. The trainer normalises the intrinsic reward by "
-        "a running std of intrinsic returns before PPO uses it, so the raw scale is not what the agent sees.",
-        "- One seed and a few thousand agent steps: the curves are noisy (they move with which parts of the level the "
-        "rollouts reach) and say nothing about the long-run behaviour the SND paper reports (millions of steps).",
-    ]
-    for extra in args.also:
-        other = summarise(extra)
-        if not other:
+    for module in MODULES:
+        runs = summaries.get(module, [])
+        if not runs:
+            lines.append(f"| {module} | 0 | not run yet | | | | | |")
             continue
-        ocfg = first_config(extra, other)
-        lines += [
-            "",
-            f"Second set, `{os.path.relpath(extra, ROOT)}`: same settings but "
-            f"{ocfg.get('num_global_steps')} agent steps per run:",
-            "",
-        ]
-        if "rnd" in other and "rnd" in summary:
-            a, b = summary["rnd"]["raw"], other["rnd"]["raw"]
-            same = 0
-            while same < min(len(a), len(b)) and abs(a[same] - b[same]) <= 1e-6 * max(1.0, abs(a[same])):
-                same += 1
-            lines += [
-                f"The two rnd runs give identical raw rewards for the first {same} updates"
-                + (
-                    " and then drift apart (the two sets ran with different working-tree versions of "
-                    "common/trainer.py, edited in parallel while they ran)."
-                    if same < min(len(a), len(b))
-                    else "."
-                ),
-                "",
-            ]
-        lines += [
-            "| variant | updates | first | last | last/first | min/first | mean last 3 / mean first 3 |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for variant, o in other.items():
-            lines.append(
-                f"| {variant} | {o['updates']} | {o['first']:.4g} | {o['last']:.4g} | {o['ratio']:.3f} | "
-                f"{o['min_ratio']:.3f} | {o['ratio3']:.3f} |"
-            )
-    lines += [
-        "",
-        "Driver (runs the four commands below one after the other, then writes this page):",
-        "",
-        "```bash",
-        f"python benchmarks/snd_signal.py --num-processes {cfg.get('num_processes')} --num-local-steps "
-        f"{cfg.get('num_local_steps')} --num-epochs {cfg.get('num_epochs')} --batch-size {cfg.get('batch_size')} "
-        f"--num-global-steps {cfg.get('num_global_steps')} --seed {cfg.get('seed')} "
-        f"--log-path {os.path.relpath(group_dir, ROOT)}",
-        "```",
-        "",
-        "Commands:",
-        "",
-        "```bash",
-    ]
-    lines += [runs[v]["command"].replace(sys.executable, "python") for v in summary if v in runs]
-    also = "".join(f" {os.path.relpath(a, ROOT)}" for a in args.also)
-    lines += [
-        "```",
-        "",
-        "Regenerate this page: `python benchmarks/snd_signal.py --plot-only "
-        f"{os.path.relpath(group_dir, ROOT)}" + (f" --also{also}" if also else "") + "`",
-        "",
-    ]
-    md = os.path.join(args.docs, "snd_signal.md")
-    with open(md, "w") as f:
-        f.write("\n".join(lines))
-    print("wrote", md)
-    with open(os.path.join(group_dir, "summary.json"), "w") as f:
-        json.dump(
-            {v: {k: x for k, x in s.items() if k not in ("steps", "raw")} for v, s in summary.items()}, f, indent=1
+        ratios = [s["late_over_early"] for s in runs]
+        cvs = [np.nanmean([np.nan if v is None else v for v in s["raw"]["cv"][-10:]]) for s in runs]
+        lines.append(
+            f"| {module} | {len(runs)} | {runs[0]['agent_steps']:,} | "
+            f"{', '.join(f'{r:.3f}' for r in ratios)} | {np.mean(ratios):.3f} | "
+            f"{', '.join(f'{c:.2f}' for c in cvs)} | {np.mean([s['x_pos_mean'] for s in runs]):.0f} | "
+            f"{np.mean([s['seconds'] for s in runs]) / 60:.1f} |"
         )
-    for variant, s in summary.items():
-        print(
-            f"{variant:8s} first {s['first']:.4g} last {s['last']:.4g} last/first {s['ratio']:.3f} "
-            f"last3/first3 {s['ratio3']:.3f} min/first {s['min_ratio']:.3f}"
-        )
-    return summary
+    lines += ["", "![signal over time](snd_signal.png)", "", "<!-- snd-signal-table:end -->"]
+    block = "\n".join(lines)
+    path = os.path.join(docs, "snd_signal.md")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# SND's signal on Mario\n\n"
+    start, end = "<!-- snd-signal-table:start -->", "<!-- snd-signal-table:end -->"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(block)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    ap.add_argument("--seed", type=int, default=314)
-    ap.add_argument("--num-processes", type=int, default=2)
-    ap.add_argument("--num-local-steps", type=int, default=256)
-    ap.add_argument("--num-epochs", type=int, default=10)
-    ap.add_argument("--batch-size", type=int, default=16, help="minibatches per epoch")
-    ap.add_argument("--num-global-steps", type=int, default=10240)
-    ap.add_argument("--log-path", default="runs/evidence/snd_signal")
-    ap.add_argument(
-        "--plot-only",
-        metavar="GROUP_DIR",
-        default="",
-        help="folder holding one run folder per variant; only regenerate docs/snd_signal.*",
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a CI-sized check: tiny runs of rnd and snd-v, 1 seed, results and report in a scratch folder",
     )
-    ap.add_argument(
-        "--also",
-        nargs="*",
-        default=[],
-        metavar="GROUP_DIR",
-        help="other finished sets to summarise in a table under the main one",
-    )
-    ap.add_argument("--docs", default=os.path.join(ROOT, "docs"))
-    args = ap.parse_args(argv)
-    group_dir = args.plot_only or os.path.join(ROOT, args.log_path)
-    if not args.plot_only:
-        run_variants(group_dir, args)
-    plot(group_dir, args)
+    p.add_argument("--out", default=None, help="scratch folder of the run folders (default: runs/snd_signal)")
+    p.add_argument("--results", default=None, help="per-run summaries (default: docs/results/snd_signal)")
+    p.add_argument("--docs", default=None, help="where snd_signal.md/.png go (default: docs)")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from the summaries")
+    args = p.parse_args(argv)
+    out = args.out or os.path.join(ROOT, "runs", "snd_signal-quick" if args.quick else "snd_signal")
+    results = args.results or (os.path.join(out, "results") if args.quick else RESULTS)
+    docs = args.docs or (out if args.quick else os.path.join(ROOT, "docs"))
+    modules, seeds, sizes = (("rnd", "snd-v"), 1, QUICK_SIZES) if args.quick else (MODULES, SEEDS, SIZES)
+    if not args.report_only:
+        os.makedirs(out, exist_ok=True)
+        todo = [
+            (m, s, sizes)
+            for s in range(seeds)
+            for m in modules
+            if not os.path.exists(os.path.join(results, run_name(m, s) + ".json"))
+        ]
+        print(f"{len(todo)} runs to do; summaries in {results}", flush=True)
+        run_all(todo, out, results)
+    report(load(results), docs)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ COLLECT_SECONDS = "perf/collect_seconds"
 INT_REWARD_MEAN = "intrinsic/reward_mean"
 INT_REWARD_MAX = "intrinsic/reward_max"
 INT_REWARD_RAW = "intrinsic/raw_reward_mean"
+INT_REWARD_RAW_CV = "intrinsic/raw_reward_cv"
 INT_RETURN_STD = "intrinsic/return_std"
 FIRST_VISIT_SHARE = "intrinsic/first_visit_share"
 ACTION_SHARE = "charts/action_share"
@@ -202,6 +203,8 @@ class RunLog:
                 lg.scalar(FORWARD_LOSS, losses["forward"], update)
             lg.scalars("losses", losses, step)
         lg.scalar(INT_REWARD_RAW, raw_int.mean(), step)
+        # how much the novelty tells this rollout's states apart, whatever the module's feature scale
+        lg.scalar(INT_REWARD_RAW_CV, raw_int.std() / max(float(raw_int.mean()), 1e-12), step)
         if gate_share is not None:
             lg.scalar(FIRST_VISIT_SHARE, gate_share.mean(), step)
         names = self.spec.action_names(cfg) if self.spec.action_names is not None else None
