@@ -121,6 +121,13 @@ class TrainConfig:
     max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
     histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
     embedding_interval: int = arg(50, "log target-network embeddings of recent states every N updates (0: never)")
+    picture_interval: int = arg(
+        10,
+        "draw where the agent has been every N updates (0: never): Mario the intrinsic reward along x_pos "
+        "with deaths and flags, Montezuma the map of the rooms reached, MiniGrid the cells visited; logged "
+        "as explore/<name> and written to <run>/explore/. The greedy eval's intrinsic reward along the "
+        "episode comes with each video (--video-interval)",
+    )
     max_nan_updates: int = arg(
         3,
         "stop the run after this many consecutive updates with a non-finite loss or "
@@ -230,6 +237,7 @@ class TrainConfig:
             "video_interval",
             "histogram_interval",
             "embedding_interval",
+            "picture_interval",
             "obs_norm_steps",
         ):
             need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")

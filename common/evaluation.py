@@ -14,12 +14,17 @@ most one at a time (a new ``start`` first waits for the previous result, so ever
 requested update is evaluated); otherwise ``start`` plays it at once, in this process, on
 its own copy of the policy. Either way the eval intrinsic reward (summed over the
 episode's observations) is computed here with a copy of the snapshot's intrinsic
-module. A result is ``{"return", "length", "intrinsic", "info", "strip", "video"}``.
+module. A result is ``{"return", "length", "intrinsic", "info", "strip", "video"}``, and
+for a recorded episode (every ``video_interval`` updates) of a run with an intrinsic module
+also ``"along"``: the intrinsic reward of every step with the frames at its highest peaks
+(``common.pictures.along_episode``; the env's RGB screens, else ``spec.observation_picture``
+of the observations), for which the episode keeps up to ``ALONG_KEEP`` screens.
 
 ``BackgroundEvaluator(module, cfg_dict)`` spawns one process that imports the game's
 spec (``module.SPEC``, e.g. ``mario.train``), builds the policy and an eval env once,
 and then plays one greedy episode per request (``submit``/``poll``/``wait``/``close``); a
-result carries the episode's observation stacks and its wall time (``seconds``).
+result carries the episode's observation stacks, its kept RGB screens when asked
+(``along``) and its wall time (``seconds``).
 On a 2-core machine the update phase runs on one core; the eval episode (emulator +
 batch-1 policy forward, one math thread) takes the other.
 
@@ -42,6 +47,8 @@ import sys
 import time
 import traceback
 
+import numpy as np
+
 from common.vec_env import _describe_exitcode, _worker_launch
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
@@ -60,7 +67,7 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
     env = None
     try:
         from common.device import require_paddle, set_device
-        from common.play import frame_strip, greedy_episode
+        from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
         paddle = require_paddle()
         # Paddle's import installs C handlers that print "FatalError: Termination signal" on SIGTERM
@@ -83,7 +90,7 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
             msg = conn.recv()
             if msg[0] == "close":
                 break
-            _, weights, seed, record_path = msg
+            _, weights, seed, record_path, along = msg
             policy.set_state_dict(weights)
             if record_path:
                 episode_env = spec.env_factory(cfg, record_path)()
@@ -94,7 +101,13 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
             rgb, t = [], time.perf_counter()
             try:
                 stacks, ret, steps, info = greedy_episode(
-                    policy, episode_env, seed, cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb
+                    policy,
+                    episode_env,
+                    seed,
+                    cfg.max_actions,
+                    cfg.max_eval_steps,
+                    rgb_frames=rgb,
+                    rgb_keep=ALONG_KEEP if along else RGB_KEEP,
                 )
             finally:
                 if record_path:
@@ -108,6 +121,7 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
                         "length": steps,
                         "info": info,
                         "strip": frame_strip(stacks, rgb),
+                        "screens": rgb if along else None,
                         "video": record_path,
                         "seconds": time.perf_counter() - t,
                     },
@@ -142,13 +156,14 @@ class BackgroundEvaluator:
         child.close()
         self.busy = False
 
-    def submit(self, weights: dict, seed: int | None, record_path: str | None = None) -> None:
-        """Start one greedy episode with these policy weights (numpy state dict); one at a time."""
+    def submit(self, weights: dict, seed: int | None, record_path: str | None = None, along: bool = False) -> None:
+        """Start one greedy episode with these policy weights (numpy state dict); one at a time.
+        ``along``: keep up to ``ALONG_KEEP`` RGB screens and return them (``"screens"``)."""
         if self.busy:
             raise RuntimeError("an evaluation is already running; wait() for it first")
         self._check_alive()
         try:
-            self._conn.send(("eval", weights, seed, record_path))
+            self._conn.send(("eval", weights, seed, record_path, along))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._raise_dead()
         self.busy = True
@@ -232,20 +247,22 @@ class Evaluations:
         self.seconds = 0.0  # time the training loop spent here (background: hand-over and waiting)
 
     def start(self, snapshot: dict, seed: int, record_path: str | None = None) -> None:
-        """Evaluate ``snapshot`` (a copy of ``Trainer.state_dict()``, kept until its result is handed out)."""
+        """Evaluate ``snapshot`` (a copy of ``Trainer.state_dict()``, kept until its result is handed out);
+        a recorded episode (``record_path``) also gets its intrinsic reward along the episode."""
         t = time.perf_counter()
+        along = bool(record_path) and self.cfg.intrinsic != "none"
         if self.cfg.eval_in_background:
             self._collect(block=True)  # one episode in flight at a time
             if self._pending is not None:  # the run is stopping: no new episode
                 return
             if self._background is None:
                 self._background = BackgroundEvaluator(spec_module(self.spec), self.cfg.to_dict())
-            self._background.submit({k: v.numpy() for k, v in snapshot["policy"].items()}, seed, record_path)
+            weights = {k: v.numpy() for k, v in snapshot["policy"].items()}
+            self._background.submit(weights, seed, record_path, along)
             self._pending = snapshot
         else:
-            result = self._play_here(snapshot, seed, record_path)
-            result["intrinsic"] = self._intrinsic_reward(result.pop("stacks"), snapshot)
-            self._done.append((result, snapshot))
+            result = self._play_here(snapshot, seed, record_path, along)
+            self._done.append((self._score(result, snapshot), snapshot))
         self.seconds += time.perf_counter() - t
 
     def finished(self, block: bool = False) -> list:
@@ -276,11 +293,10 @@ class Evaluations:
             result = self._background.wait(timeout=0.2)
         if result is not None:
             snapshot, self._pending = self._pending, None
-            result["intrinsic"] = self._intrinsic_reward(result.pop("stacks"), snapshot)
-            self._done.append((result, snapshot))
+            self._done.append((self._score(result, snapshot), snapshot))
 
-    def _play_here(self, snapshot: dict, seed: int, record_path: str | None) -> dict:
-        from common.play import frame_strip, greedy_episode
+    def _play_here(self, snapshot: dict, seed: int, record_path: str | None, along: bool) -> dict:
+        from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
         spec, cfg = self.spec, self.cfg
         if self._policy is None:
@@ -292,10 +308,16 @@ class Evaluations:
             if self._env is None:
                 self._env = spec.env_factory(cfg, None)()
             env = self._env
-        rgb = []  # a few RGB screens of the episode, for the eval/frames picture
+        rgb = []  # RGB screens of the episode: a few for the eval/frames picture, many for "along"
         try:
             stacks, ret, steps, info = greedy_episode(
-                self._policy, env, seed, cfg.max_actions, cfg.max_eval_steps, rgb_frames=rgb
+                self._policy,
+                env,
+                seed,
+                cfg.max_actions,
+                cfg.max_eval_steps,
+                rgb_frames=rgb,
+                rgb_keep=ALONG_KEEP if along else RGB_KEEP,
             )
         finally:
             if record_path:
@@ -306,17 +328,31 @@ class Evaluations:
             "length": steps,
             "info": info,
             "strip": frame_strip(stacks, rgb),
+            "screens": rgb if along else None,
             "video": record_path,
         }
 
-    def _intrinsic_reward(self, stacks, snapshot: dict) -> float:
-        """Summed intrinsic reward of the episode's s_1 .. s_L under the snapshot's module, in one pass."""
+    def _score(self, result: dict, snapshot: dict) -> dict:
+        """The played episode's intrinsic reward: its sum (``"intrinsic"``) and, where the screens were
+        kept, the picture's record (``"along"``); the stacks and screens are dropped."""
+        from common import pictures
+
+        stacks, screens = result.pop("stacks"), result.pop("screens", None)
+        rewards = self._intrinsic_rewards(stacks, snapshot)
+        result["intrinsic"] = float(rewards.sum())
+        if screens is not None and len(rewards):
+            frames = pictures.episode_frames(stacks, screens, self.spec.observation_picture)
+            result["along"] = pictures.along_episode(rewards, frames)
+        return result
+
+    def _intrinsic_rewards(self, stacks, snapshot: dict):
+        """float32[L]: the intrinsic reward of the episode's s_1 .. s_L under the snapshot's module, in one pass."""
         if len(stacks) <= 1 or self.cfg.intrinsic == "none":
-            return 0.0
+            return np.zeros(0, np.float32)
         if self._intrinsic is None:
             self._intrinsic = self._new_intrinsic()
         self._intrinsic.set_state_dict(snapshot["intrinsic"])
-        return float(self._intrinsic.reward(stacks[1:]).sum())
+        return np.asarray(self._intrinsic.reward(stacks[1:]), np.float32).ravel()
 
 
 def spec_module(spec) -> str:

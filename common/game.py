@@ -45,3 +45,34 @@ class GameSpec:
     obs_value_max: object = 255.0
     #: cfg -> the name of each action (charts/action_share/<name>); None: action indices
     action_names: Callable | None = None
+    #: obs uint8[C, H, W] -> uint8[h, w, 3], a picture of one observation: the frames of
+    #: eval/intrinsic_along_episode where the env has no ``rgb_frame()`` (None: its latest frame, gray)
+    observation_picture: Callable | None = None
+    #: info of one step -> a small record of where the agent is (Mario: x_pos and flag, Montezuma:
+    #: room, MiniGrid: agent_pos), kept for every step of a rollout whose picture is due
+    step_record: Callable = lambda info: None
+    #: (cfg, Rollout) -> (uint8[H, W, 3], {name: array}): where the agent has been, logged as
+    #: explore/<picture_name> every ``picture_interval`` updates with its data; None: no picture
+    rollout_picture: Callable | None = None
+    picture_name: str = "where"
+
+
+@dataclass
+class Rollout:
+    """What a game's ``rollout_picture`` draws from: one rollout of T steps x N envs, and the run so far."""
+
+    #: the update this rollout was collected for (1, 2, ...)
+    update: int
+    #: [T][N] ``step_record(info)`` of every step (the info that comes with s_{t+1})
+    records: list
+    #: float32[T, N]: the raw novelty of every s_{t+1}, and the scaled reward the advantages saw
+    raw_int: object
+    rewards_int: object
+    #: float32[T, N], 1 where env n's episode ended at step t
+    dones: object
+    #: the run's ``--intrinsic`` ("none": the rewards are zeros)
+    intrinsic: str
+    #: place -> update of its first visit (None: unknown, from an old checkpoint), over the whole run
+    visited: dict = field(default_factory=dict)
+    #: place -> number of finished training episodes that reached it
+    visit_counts: dict = field(default_factory=dict)

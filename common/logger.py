@@ -41,7 +41,13 @@ WORKER_RESTARTS = "charts/worker_restarts"
 HIST_INT_REWARD = "intrinsic/reward_hist"
 HIST_ADVANTAGE = "charts/advantage_hist"
 EVAL_FRAMES = "eval/frames"
+EVAL_ALONG = "eval/intrinsic_along_episode"
+EXPLORE = "explore"  # explore/<the game's picture_name>: where the agent has been
 EMBEDDING = "intrinsic/target_features"
+
+#: run-folder subfolders of the pictures: update_000010.png and the values drawn, update_000010.npz
+EVAL_ALONG_DIR = "eval_intrinsic"
+EXPLORE_DIR = "explore"
 
 
 #: VisualDL 2.5.3's embedding page cuts vectors to this many dimensions, wrongly (see project_for_visualdl)
@@ -166,8 +172,12 @@ class RunLog:
     """What a PPO run logs after each update and each evaluation, on top of a ``Logger``.
 
     Keeps the recent training episodes (progress line) and every place the run's episodes
-    visited (``spec.visited``: Montezuma's rooms), which is checkpointed (``visited``).
-    ``spec`` is the game's ``GameSpec`` (episode metrics, action names, visited places).
+    visited (``spec.visited``: Montezuma's rooms) with the update of its first visit and how
+    many finished episodes reached it, which are checkpointed (``visited_state``). Draws the
+    pictures (``common.pictures``): the greedy episode's intrinsic reward along the episode
+    (``eval``) and the game's picture of where the agent has been (``picture``), each logged as
+    an image and written with its values to the run folder.
+    ``spec`` is the game's ``GameSpec`` (episode metrics, action names, visited places, pictures).
     """
 
     def __init__(self, logger: Logger, spec, cfg, num_actions: int):
@@ -175,8 +185,19 @@ class RunLog:
 
         self.lg, self.spec, self.cfg, self.num_actions = logger, spec, cfg, num_actions
         self.recent = collections.deque(maxlen=20)  # metrics of recent finished training episodes
-        self.visited: set = set()
+        self.visited: dict = {}  # place -> update of its first visit (None: unknown, an old checkpoint's)
+        self.visit_counts: collections.Counter = collections.Counter()  # place -> finished episodes there
         self._restarts_reported = 0
+
+    def visited_state(self) -> dict:
+        """The checkpoint's part: ``{"visited": {place: first update}, "visit_counts": {place: episodes}}``."""
+        return {"visited": dict(self.visited), "visit_counts": dict(self.visit_counts)}
+
+    def load_visited(self, visited=(), visit_counts=None) -> None:
+        """Restore ``visited_state``; a checkpoint from before first visits were kept holds a list of
+        places: their first update is unknown (None) and their counts start at 0."""
+        self.visited = dict(visited) if isinstance(visited, dict) else dict.fromkeys(visited)
+        self.visit_counts.update(visit_counts or {})
 
     def update(
         self,
@@ -232,7 +253,9 @@ class RunLog:
             self.recent.append(metrics)
             lg.scalars("episode", metrics, step)
             if self.spec.visited is not None:
-                self.visited.update(self.spec.visited(info))
+                for place in set(self.spec.visited(info)):
+                    self.visited.setdefault(place, update)
+                    self.visit_counts[place] += 1
         if self.spec.visited is not None:
             lg.scalar(f"charts/{self.spec.visited_name}_visited_total", len(self.visited), step)
         if cfg.histogram_interval and update % cfg.histogram_interval == 0:
@@ -249,6 +272,43 @@ class RunLog:
         lg.scalar("eval/length", result["length"], step)
         lg.scalars("eval", self.spec.episode_metrics(result["info"]), step)
         lg.image(EVAL_FRAMES, result["strip"], update)
+        along = result.get("along")  # the intrinsic reward of every step, the frames at its peaks
+        if along is not None:
+            from common import pictures
+
+            name, level, intrinsic = self.spec.name, self.spec.level_name(self.cfg), self.cfg.intrinsic
+            title = f"{name} {level}, update {update}: {intrinsic} intrinsic reward of the greedy episode"
+            self._picture(EVAL_ALONG, EVAL_ALONG_DIR, update, pictures.draw_along_episode(along, title), along)
+
+    def picture(self, update: int, buf, raw_int, records: list) -> None:
+        """The game's picture of where the agent has been (``spec.rollout_picture``), from this update's
+        rollout (``buf``: the ``RolloutBuffer``, ``raw_int`` float[T, N], ``records`` [T][N] of
+        ``spec.step_record``) and the run's visited places: ``explore/<picture_name>``."""
+        from common.game import Rollout
+
+        rollout = Rollout(
+            update=update,
+            records=records,
+            raw_int=np.asarray(raw_int),
+            rewards_int=buf.rewards_int,
+            dones=buf.dones,
+            intrinsic=self.cfg.intrinsic,
+            visited=dict(self.visited),
+            visit_counts=dict(self.visit_counts),
+        )
+        image, data = self.spec.rollout_picture(self.cfg, rollout)
+        self._picture(f"{EXPLORE}/{self.spec.picture_name}", EXPLORE_DIR, update, image, data)
+
+    def _picture(self, tag: str, folder: str, update: int, image: np.ndarray, data: dict) -> None:
+        """Log ``image`` under ``tag`` at ``update`` and write it with ``data`` to
+        ``<run>/<folder>/update_000010.png`` and ``.npz``."""
+        from common import pictures
+
+        self.lg.image(tag, image, update)
+        stem = os.path.join(self.lg.run_dir, folder, f"update_{update:06d}")
+        with self.lg._writing(stem + ".png"):
+            pictures.save_png(stem + ".png", image)
+            pictures.save_record(stem + ".npz", data)
 
     def embeddings(self, update: int, buf, meta: dict, features, rng: np.random.Generator) -> None:
         """Target features (``features(uint8 obs) -> float[B, D]``) of up to 256 of the rollout's states,

@@ -3,7 +3,9 @@
 ``python mario/play.py --checkpoint runs/.../models/mario_1_1_50.pdparams`` loads a
 checkpoint, plays one greedy episode (argmax of the policy, stopped after
 ``--max-actions`` repeats of one action, as in the tutorial's evaluation), writes
-the emulator's RGB frames to an mp4 and prints the result.
+the emulator's RGB frames to an mp4 and prints the result. With ``--plot PATH`` it also draws
+the intrinsic reward of every step of that episode, the frames at its highest peaks above
+their points (``common.pictures``), to a PNG, and writes the values next to it (``.npz``).
 """
 
 from __future__ import annotations
@@ -13,15 +15,38 @@ import os
 
 import numpy as np
 
+RGB_KEEP = 8  # moments shown in the eval/frames image
+STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
+#: screens kept (up to twice as many) when the frames at the intrinsic reward's peaks are wanted:
+#: every screen of an episode of up to 1,024 steps (Mario's halved screens: 47 MB at most)
+ALONG_KEEP = 512
+SCREEN_MAX_HEIGHT = 160
 
-def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: int, rgb_frames: list | None = None):
+
+def shrink_screen(frame: np.ndarray, max_height: int = SCREEN_MAX_HEIGHT) -> np.ndarray:
+    """An RGB screen halved while taller than ``max_height``: NES 240x256 -> 120x128, Atari 210x160 -> 105x80."""
+    while frame.shape[0] > max_height:
+        frame = frame[::2, ::2]
+    return np.ascontiguousarray(frame)
+
+
+def greedy_episode(
+    policy,
+    env,
+    seed: int | None,
+    max_actions: int,
+    max_steps: int,
+    rgb_frames: list | None = None,
+    rgb_keep: int = RGB_KEEP,
+):
     """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info).
 
     With ``rgb_frames`` (a list) and an env that has ``rgb_frame()``, the list receives
-    ``(step, uint8[H, W, 3])`` screens spread evenly over the episode, at most
-    ``2 * RGB_KEEP`` of them plus the final screen: every ``stride``-th step is copied
-    and, when the list is full, every other one is dropped and the stride doubles.
-    That costs one screen copy per stride, whatever the episode's length.
+    ``(step, uint8[h, w, 3])`` screens (``shrink_screen``: halved while taller than 160 px)
+    spread evenly over the episode, at most ``2 * rgb_keep`` of them plus the final screen:
+    every ``stride``-th step is copied and, when the list is full, every other one is dropped
+    and the stride doubles. That costs one screen copy per stride, whatever the episode's
+    length; an episode shorter than ``2 * rgb_keep`` steps keeps every screen.
     """
     import paddle
 
@@ -32,7 +57,7 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
     grab = getattr(env, "rgb_frame", None) if rgb_frames is not None else None
     stride = 1
     if grab is not None:
-        rgb_frames.append((0, grab()))
+        rgb_frames.append((0, shrink_screen(grab())))
     policy.eval()
     with paddle.no_grad():
         while steps < max_steps:
@@ -47,17 +72,13 @@ def greedy_episode(policy, env, seed: int | None, max_actions: int, max_steps: i
             if done or repeat >= max_actions:
                 break
             if grab is not None and steps % stride == 0:
-                rgb_frames.append((steps, grab()))
-                if len(rgb_frames) >= 2 * RGB_KEEP:
+                rgb_frames.append((steps, shrink_screen(grab())))
+                if len(rgb_frames) >= 2 * rgb_keep:
                     rgb_frames[:] = rgb_frames[::2]
                     stride *= 2
     if grab is not None and rgb_frames[-1][0] != steps:
-        rgb_frames.append((steps, grab()))
+        rgb_frames.append((steps, shrink_screen(grab())))
     return np.stack(stacks), ret, steps, info
-
-
-RGB_KEEP = 8  # moments shown in the eval/frames image
-STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
 
 
 def frame_strip(
@@ -70,8 +91,9 @@ def frame_strip(
     """``num`` moments of an episode in a grid of ``rows`` rows, read left to right then top to bottom.
 
     Uses the emulator's RGB screens from ``greedy_episode(..., rgb_frames=...)`` when there
-    are any (halved while taller than ``max_height``: NES 240x256 -> 120x128, Atari 210x160
-    -> 105x80), else the latest gray 84x84 frame of evenly spaced observation stacks.
+    are any (halved while taller than ``max_height``, which ``greedy_episode`` has already done:
+    NES 240x256 -> 120x128, Atari 210x160 -> 105x80), else the latest gray 84x84 frame of
+    evenly spaced observation stacks.
     Moments are separated by 2-px white lines: 8 Mario moments give uint8 ``[2 * 120 + 2,
     4 * 128 + 3 * 2, 3]``, gray ones ``[2 * 84 + 2, 4 * 84 + 3 * 2]``. An episode with
     fewer moments than ``num`` fills fewer cells (a short one, a single row); unused cells
@@ -97,8 +119,14 @@ def frame_strip(
     return grid
 
 
-def play(spec, argv=None) -> dict:
-    """Entry point of each game's play.py."""
+def play(spec, argv=None, add_arguments=None, after=None) -> dict:
+    """Entry point of each game's play.py.
+
+    A game adds flags of its own with ``add_arguments(parser)`` and acts on them with
+    ``after(args, state, result) -> dict`` (``state``: the checkpoint; ``result``: what is
+    printed, plus the last ``info``), which returns what to add to the printed result
+    (Montezuma: ``--map``).
+    """
     from common.checkpoint import CheckpointError, check_compatible, load_checkpoint
     from common.device import set_device
 
@@ -116,6 +144,15 @@ def play(spec, argv=None) -> dict:
     )
     p.add_argument("--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the policy runs")
+    p.add_argument(
+        "--plot",
+        default="",
+        metavar="PATH",
+        help="also draw the intrinsic reward of every step of the episode, with the frames at its highest "
+        "peaks, to this PNG (the values go to the same name with .npz); needs a run with an intrinsic module",
+    )
+    if add_arguments is not None:
+        add_arguments(p)
     args = p.parse_args(argv)
     for name in ("max_actions", "max_steps"):
         v = getattr(args, name)
@@ -132,16 +169,51 @@ def play(spec, argv=None) -> dict:
         raise SystemExit(f"error: {e}") from None
     policy.set_state_dict(state["policy"])
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
+    plot = args.plot and _can_plot(cfg, state)
+    screens = [] if plot else None
     env = spec.env_factory(cfg, output)()
     try:
-        _, ret, steps, info = greedy_episode(
-            policy, env, args.seed, args.max_actions or cfg.max_actions, args.max_steps or cfg.max_eval_steps
+        stacks, ret, steps, info = greedy_episode(
+            policy,
+            env,
+            args.seed,
+            args.max_actions or cfg.max_actions,
+            args.max_steps or cfg.max_eval_steps,
+            rgb_frames=screens,
+            rgb_keep=ALONG_KEEP,
         )
     finally:
         env.close()
     result = {"return": float(ret), "steps": steps, "video": output, **spec.episode_metrics(info)}
+    if plot:
+        result["plot"] = plot_along_episode(spec, cfg, state, stacks, screens, args.plot)
+    if after is not None:
+        result.update(after(args, state, {**result, "info": info}))
     print(
         f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): "
         + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
     )
     return result
+
+
+def _can_plot(cfg, state) -> bool:
+    if cfg.intrinsic == "none" or "intrinsic" not in state:
+        print(f"--plot: this run has no intrinsic module (--intrinsic {cfg.intrinsic}): nothing to plot")
+        return False
+    return True
+
+
+def plot_along_episode(spec, cfg, state, stacks, screens, path: str) -> str:
+    """Draw the intrinsic reward of every step of one episode (``common.pictures``) under the checkpoint's
+    module to ``path`` (PNG), and its values to the same name with ``.npz``; returns ``path``."""
+    from common import pictures
+    from common.intrinsic import intrinsic_for_run
+
+    module = intrinsic_for_run(spec, cfg, stacks.shape[1:])
+    module.set_state_dict(state["intrinsic"])
+    rewards = module.reward(stacks[1:])
+    record = pictures.along_episode(rewards, pictures.episode_frames(stacks, screens, spec.observation_picture))
+    title = f"{spec.name} {spec.level_name(cfg)}, update {state['update']}: {cfg.intrinsic} intrinsic reward"
+    pictures.save_png(path, pictures.draw_along_episode(record, title))
+    pictures.save_record(os.path.splitext(path)[0] + ".npz", record)
+    return path

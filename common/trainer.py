@@ -46,7 +46,7 @@ from common.checkpoint import (  # noqa: E402
     set_optimizer_state,
 )
 from common.evaluation import Evaluations  # noqa: E402
-from common.intrinsic import make_intrinsic  # noqa: E402
+from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.logger import Logger, RunLog  # noqa: E402
 from common.normalize import IntrinsicRewardScale  # noqa: E402
 from common.ppo import PPO  # noqa: E402
@@ -134,7 +134,7 @@ class Trainer:
         self.last_checkpoint = ""
         self.saved_update = -1
         self.last_eval = None  # the latest logged eval result
-        self._visited = []  # restored from a checkpoint until the run log exists
+        self._visited = {}  # the checkpoint's visited places, kept until the run log exists
         self._stop_signal = None
         self._side = None  # thread for the intrinsic module's update step (see learn)
         if cfg.resume:
@@ -146,25 +146,11 @@ class Trainer:
         cfg.to_json(os.path.join(self.run_dir, "config.json"))
         self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
         self.log = RunLog(self.logger, spec, cfg, self.num_actions)
-        self.log.visited.update(self._visited)
+        self.log.load_visited(**self._visited)
 
     def _new_intrinsic(self):
         """The run's intrinsic module (also the eval's copy that scores an episode)."""
-        cfg, spec = self.cfg, self.spec
-        return make_intrinsic(
-            cfg.intrinsic,
-            lambda c: spec.make_intrinsic_networks(cfg, c),
-            self.obs_shape,
-            cfg.intrinsic_frames,
-            lr=cfg.intrinsic_lr or cfg.lr,
-            update_proportion=cfg.update_proportion,
-            max_grad_norm=cfg.max_grad_norm,
-            seed=cfg.seed + 1,
-            max_pairs=cfg.snd_max_pairs,
-            target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr,
-            target_proportion=cfg.target_proportion,
-            value_max=spec.obs_value_max,
-        )
+        return intrinsic_for_run(self.spec, self.cfg, self.obs_shape)
 
     def _default_run_name(self) -> str:
         c = self.cfg
@@ -214,7 +200,7 @@ class Trainer:
             "rng": self.rng.bit_generator.state,
             "obs_norm_ready": self.obs_norm_ready,
             "nan_total": self.nan_total,
-            "visited": sorted(self.log.visited) if hasattr(self, "log") else [],
+            **(self.log.visited_state() if hasattr(self, "log") else {}),
         }
 
     def load(self, path: str) -> None:
@@ -232,7 +218,7 @@ class Trainer:
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nan_total = int(state.get("nan_total", 0))
-        self._visited = list(state.get("visited", []))
+        self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}
 
     def save(self, name: str | None = None, state: dict | None = None) -> str:
         """Write ``state`` (default: the current one) as ``name`` (default: this update's checkpoint name)."""
@@ -281,16 +267,18 @@ class Trainer:
         self.obs_norm_ready = self._stop_signal is None
         return obs
 
-    def collect(self, obs: np.ndarray, keep_metadata: bool = False):
+    def collect(self, obs: np.ndarray, keep_metadata: bool = False, keep_records: bool = False):
         """Fill the buffer with one rollout; returns (last obs, finished-episode infos) or None if stopped.
 
         Act, step, store, T times (``Pipeline`` overlaps one env group's step with the policy's
         work on another). With ``keep_metadata`` the game's embedding labels of every s_{t+1}
-        are kept in ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view.
+        are kept in ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view;
+        with ``keep_records`` its ``step_record`` of every step in ``self.step_records`` ([T][N])
+        for the picture of where the agent has been.
         """
         cfg, buf = self.cfg, self.buffer
         buf.start(obs)
-        episodes, self.embedding_meta = [], {}
+        episodes, self.embedding_meta, self.step_records = [], {}, []
         if self._stop_signal is not None:
             return None
         steps = Pipeline(self.envs, lambda o: self.actor.act(o, self.rng))
@@ -303,6 +291,8 @@ class Trainer:
             if keep_metadata:
                 for i, info in enumerate(infos):
                     self.embedding_meta[(t, i)] = self.spec.embedding_metadata(info)
+            if keep_records:
+                self.step_records.append([self.spec.step_record(info) for info in infos])
             if self._stop_signal is not None:
                 steps.drain()
                 return None
@@ -409,7 +399,12 @@ class Trainer:
             if self.spec.eval_success(result["info"]):
                 path = self.save(self.spec.checkpoint_name(self.cfg, None), snapshot)
                 tqdm.write(f"level solved by the greedy policy at update {snapshot['update']}: saved {path}")
-            self.last_eval = {k: v for k, v in result.items() if k != "strip"}
+            self.last_eval = {k: v for k, v in result.items() if k not in ("strip", "along")}
+
+    def _picture_due(self, update: int) -> bool:
+        """Whether ``update`` draws the game's picture of where the agent has been (``picture_interval``)."""
+        every = self.cfg.picture_interval
+        return self.spec.rollout_picture is not None and bool(every) and update % every == 0
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
@@ -435,8 +430,9 @@ class Trainer:
                 snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
                 t0 = time.perf_counter()
                 embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
+                picture = self._picture_due(self.update + 1)
                 with self.math_threads():
-                    collected = self.collect(obs, keep_metadata=embed)
+                    collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
                 if collected is None:
                     break
                 obs, episodes = collected
@@ -469,6 +465,8 @@ class Trainer:
                     self.log.embeddings(
                         self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng
                     )
+                if picture:
+                    self.log.picture(self.update, self.buffer, raw_int, self.step_records)
                 if cfg.eval_interval and self.update % cfg.eval_interval == 0:
                     self._start_eval()
                 if cfg.save_interval and self.update % cfg.save_interval == 0:

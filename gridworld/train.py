@@ -17,6 +17,7 @@ if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: ma
 
 from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
+from gridworld import pictures  # noqa: E402
 from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
 
 
@@ -131,6 +132,10 @@ SPEC = GameSpec(
     embedding_header=["agent_pos", "carrying"],
     action_names=lambda cfg: list(ACTION_NAMES),
     obs_value_max=tuple(float(n - 1) for n in CHANNEL_SIZES),  # category codes, not intensities
+    observation_picture=pictures.view_picture,
+    step_record=pictures.step_record,
+    rollout_picture=pictures.rollout_picture,
+    picture_name="visits",
 )
 
 

@@ -18,6 +18,7 @@ if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make t
 
 from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
+from mario import pictures  # noqa: E402
 from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env  # noqa: E402
 
 
@@ -99,6 +100,9 @@ SPEC = GameSpec(
         f"{info.get('world', '?')}-{info.get('stage', '?')}",
     ],
     embedding_header=["x_pos_bucket", "stage"],
+    step_record=pictures.step_record,
+    rollout_picture=pictures.rollout_picture,
+    picture_name="intrinsic_by_x",
 )
 
 

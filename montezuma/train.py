@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # `python montezuma/train.py` from a checkout: ma
 
 from common.config import TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
+from montezuma import pictures  # noqa: E402
 from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env  # noqa: E402
 
 
@@ -97,6 +98,9 @@ SPEC = GameSpec(
     embedding_header=["room"],
     visited=lambda info: info.get("rooms", ()),
     visited_name="rooms",
+    step_record=pictures.step_record,
+    rollout_picture=pictures.rollout_picture,
+    picture_name="rooms",
 )
 
 

@@ -1,7 +1,8 @@
 """Intrinsic-reward modules, chosen by name (``--intrinsic``).
 
-``make_intrinsic(name, ...)`` is the only constructor the trainer calls; every
-module implements ``common.intrinsic.base.IntrinsicModule``.
+``make_intrinsic(name, ...)`` builds one; ``intrinsic_for_run(spec, cfg, obs_shape)`` builds the
+one a run's config asks for (the trainer's, its evaluation's, the play scripts'). Every module
+implements ``common.intrinsic.base.IntrinsicModule``.
 """
 
 from __future__ import annotations
@@ -65,4 +66,23 @@ def make_intrinsic(
         target_lr=lr if target_lr is None else target_lr,
         target_proportion=target_proportion,
         **common,
+    )
+
+
+def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
+    """The intrinsic module of a run: ``cfg.intrinsic`` (a ``TrainConfig``) with the game's networks
+    (``spec``, a ``GameSpec``) for observations of ``obs_shape``; untrained until a state is loaded."""
+    return make_intrinsic(
+        cfg.intrinsic,
+        lambda c: spec.make_intrinsic_networks(cfg, c),
+        obs_shape,
+        cfg.intrinsic_frames,
+        lr=cfg.intrinsic_lr or cfg.lr,
+        update_proportion=cfg.update_proportion,
+        max_grad_norm=cfg.max_grad_norm,
+        seed=cfg.seed + 1,
+        max_pairs=cfg.snd_max_pairs,
+        target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr,
+        target_proportion=cfg.target_proportion,
+        value_max=spec.obs_value_max,
     )

@@ -1,0 +1,131 @@
+"""Montezuma's picture of where the agent has been: the map of the first level's rooms.
+
+The first level is a pyramid of 24 rooms, numbered as the game numbers them in RAM byte 3 (the
+env's ``room`` info): 3 rooms on top (the start room is 1, in the middle), then 5, 7 and 9.
+``PYRAMID`` lays them out; walking off a room's left, right, top or bottom edge leads to the
+neighbouring cell. Source: the Go-Explore authors' code (Ecoffet et al. 2019/2021;
+uber-research/go-explore, ``robustified/goexplore_py/montezuma_env.py``, ``PYRAMID``), which moves
+between rooms and draws its room maps with this table (docs/sources.md).
+
+``draw_rooms`` colours each room by how many finished training episodes reached it (log scale;
+gray: never reached), labels it with the update of its first visit, and outlines the rooms the
+latest rollout was in. The trainer logs it every ``--picture-interval`` updates
+(``rollout_picture``) and ``montezuma/play.py --map PATH`` draws it from a checkpoint. Room
+numbers repeat on later levels: a room reached on level 2 shows on level 1's map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.pictures import figure_image, new_figure
+
+#: the first level's rooms, top row first (-1: no room there)
+PYRAMID = (
+    (-1, -1, -1, 0, 1, 2, -1, -1, -1),
+    (-1, -1, 3, 4, 5, 6, 7, -1, -1),
+    (-1, 8, 9, 10, 11, 12, 13, 14, -1),
+    (15, 16, 17, 18, 19, 20, 21, 22, 23),
+)
+ROOMS = 24
+#: room -> (row, column) in ``PYRAMID``
+ROOM_CELLS = {room: (r, c) for r, row in enumerate(PYRAMID) for c, room in enumerate(row) if room >= 0}
+
+MAP_SIZE = (1000, 520)  # width, height of the picture in pixels
+MAP_AXES = (0.02, 0.03, 0.84, 0.86)  # left, bottom, width, height of the pyramid, as figure fractions
+ROOM_MARGIN = 0.05  # gap around each room, in rooms
+UNVISITED = (0.88, 0.88, 0.88)  # never reached
+CURRENT = "#1f4fd8"  # outline of the rooms of the latest rollout
+
+
+def step_record(info: dict):
+    """The room after a step (RAM byte 3)."""
+    return int(info.get("room", -1))
+
+
+def room_boxes(size=MAP_SIZE) -> dict:
+    """room -> (top, bottom, left, right) pixel box of its coloured square in a ``draw_rooms`` picture
+    of ``size`` (width, height)."""
+    width, height = size
+    left, bottom, w, h = MAP_AXES
+    cols, rows = len(PYRAMID[0]), len(PYRAMID)
+    col_px, row_px = w * width / cols, h * height / rows
+    top_px, left_px = (1 - bottom - h) * height, left * width
+    boxes = {}
+    for room, (r, c) in ROOM_CELLS.items():
+        y0, x0 = top_px + (r + ROOM_MARGIN) * row_px, left_px + (c + ROOM_MARGIN) * col_px
+        y1, x1 = top_px + (r + 1 - ROOM_MARGIN) * row_px, left_px + (c + 1 - ROOM_MARGIN) * col_px
+        boxes[room] = (round(y0), round(y1), round(x0), round(x1))
+    return boxes
+
+
+def room_table(visited: dict, counts: dict, current=()) -> dict:
+    """The map's values per room 0..23: ``first_update`` int64[24] (-1: never reached, 0: reached
+    before first visits were recorded), ``episodes`` int64[24] (finished training episodes that
+    reached it) and ``current`` bool[24] (in the latest rollout). Places outside 0..23 are left out."""
+    first = np.full(ROOMS, -1, np.int64)
+    episodes = np.zeros(ROOMS, np.int64)
+    now = np.zeros(ROOMS, bool)
+    for room, update in visited.items():
+        if 0 <= int(room) < ROOMS:
+            first[int(room)] = 0 if update is None else int(update)
+    for room, n in counts.items():
+        if 0 <= int(room) < ROOMS:
+            episodes[int(room)] = int(n)
+    for room in current:
+        if 0 <= int(room) < ROOMS:
+            now[int(room)] = True
+    return {"rooms": np.arange(ROOMS, dtype=np.int64), "first_update": first, "episodes": episodes, "current": now}
+
+
+def draw_rooms(table: dict, title: str = "") -> np.ndarray:
+    """The pyramid of ``room_table``: uint8[MAP_SIZE[1], MAP_SIZE[0], 3]."""
+    import matplotlib
+    from matplotlib import cm, colors, ticker
+    from matplotlib.patches import Rectangle
+
+    fig = new_figure(*MAP_SIZE)
+    ax = fig.add_axes(MAP_AXES)
+    ax.set_xlim(0, len(PYRAMID[0]))
+    ax.set_ylim(len(PYRAMID), 0)
+    ax.axis("off")
+    most = max(int(table["episodes"].max()), 1)
+    norm = colors.LogNorm(vmin=1, vmax=max(most, 2))
+    cmap = colors.LinearSegmentedColormap.from_list(
+        "reached", matplotlib.colormaps["YlOrRd"](np.linspace(0.15, 1.0, 64))
+    )
+    for room, (r, c) in ROOM_CELLS.items():
+        first, n = int(table["first_update"][room]), int(table["episodes"][room])
+        face = UNVISITED if first < 0 else cmap(norm(max(n, 1)))
+        edge, lw = (CURRENT, 3.0) if table["current"][room] else ("0.4", 0.8)
+        side = 1 - 2 * ROOM_MARGIN
+        ax.add_patch(Rectangle((c + ROOM_MARGIN, r + ROOM_MARGIN), side, side, facecolor=face, edgecolor=edge, lw=lw))
+        ink = "white" if np.dot(colors.to_rgb(face), (0.299, 0.587, 0.114)) < 0.5 else "0.1"  # readable text
+        ax.text(c + 0.12, r + 0.22, str(room), fontsize=9, weight="bold", color=ink)
+        if first >= 0:
+            ax.text(c + 0.5, r + 0.52, f"upd {first}" if first else "upd ?", fontsize=8, ha="center", color=ink)
+            ax.text(c + 0.5, r + 0.78, f"{n} ep.", fontsize=7, ha="center", color=ink)
+    bar = fig.add_axes((0.88, 0.12, 0.02, 0.7))
+    ticks = [t for t in (10**k * m for k in range(9) for m in (1, 2, 5)) if t <= norm.vmax]
+    scale = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), cax=bar, ticks=ticks, format="%d")
+    scale.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    scale.set_label("training episodes that reached the room")
+    reached = int((table["first_update"] >= 0).sum())
+    fig.text(
+        0.02,
+        0.93,
+        f"{reached} of {ROOMS} rooms reached; label: update of the first visit; blue outline: rooms of the "
+        "latest rollout",
+        fontsize=9,
+    )
+    if title:
+        fig.suptitle(title, fontsize=11, y=0.995)
+    return figure_image(fig)
+
+
+def rollout_picture(cfg, rollout):
+    """``GameSpec.rollout_picture``: the room map of the run so far, the latest rollout's rooms outlined."""
+    current = {room for row in rollout.records for room in row}
+    table = room_table(rollout.visited, rollout.visit_counts, current)
+    title = f"Montezuma's Revenge, level 1, update {rollout.update}: the rooms training episodes reached"
+    return draw_rooms(table, title), table
