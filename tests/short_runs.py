@@ -39,6 +39,8 @@ MARIO_FLAGS = [
     "1",
     "--embedding-interval",
     "1",
+    "--picture-interval",
+    "1",
 ]
 
 MONTEZUMA_FLAGS = [
