@@ -107,6 +107,11 @@ class TrainConfig:
     run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")
     saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
     resume: str = arg("", "checkpoint (.pdparams) to continue from; the run continues its step counters")
+    allow_world_size_change: bool = arg(
+        False,
+        "let --resume continue a checkpoint written by a run of another number of data-parallel ranks "
+        "(paddle.distributed.launch --nproc_per_node); refused otherwise. See docs/distributed.md",
+    )
     num_global_steps: int = arg(5_000_000, "stop after this many agent steps summed over all envs")
     save_interval: int = arg(50, "save a checkpoint every this many updates")
     eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
@@ -146,6 +151,18 @@ class TrainConfig:
         0,
         "subprocesses hosting the environments, each stepping several of them "
         "(0: one per CPU core, at most one per environment; -1: all in the trainer process)",
+    )
+    vec_env: str = arg(
+        "subproc",
+        "where env workers run: subproc (processes on this machine) or ray (Ray actors, on a Ray cluster "
+        'or a local Ray instance; needs pip install -e ".[distributed]"; --num-workers 0: one per CPU '
+        "of the cluster). See docs/distributed.md",
+        choices=("subproc", "ray"),
+    )
+    ray_address: str = arg(
+        "",
+        "with --vec-env ray: the Ray cluster to join (auto: the one started on this machine with ray start; "
+        "HOST:PORT: a head node); empty: start a local Ray instance for this run",
     )
 
     # --- PPO ------------------------------------------------------------------------------
@@ -244,6 +261,12 @@ class TrainConfig:
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
         need(self.max_worker_restarts >= 0, "max-worker-restarts", self.max_worker_restarts, "an integer >= 0")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
+        need(
+            self.vec_env != "ray" or self.num_workers >= 0,
+            "num-workers",
+            self.num_workers,
+            "0 (one per CPU of the Ray cluster) or a positive integer with --vec-env ray",
+        )
         need(self.num_threads >= 0, "num-threads", self.num_threads, "0 (all CPUs) or a positive integer")
         for f in dataclasses.fields(self):  # inf passes every range check below (and NaN fails them all)
             v = getattr(self, f.name)

@@ -184,6 +184,7 @@ class RunLog:
         import collections
 
         self.lg, self.spec, self.cfg, self.num_actions = logger, spec, cfg, num_actions
+        self.num_updates = cfg.num_updates  # the trainer's (with data-parallel ranks: all ranks' steps)
         self.recent = collections.deque(maxlen=20)  # metrics of recent finished training episodes
         self.visited: dict = {}  # place -> update of its first visit (None: unknown, an old checkpoint's)
         self.visit_counts: collections.Counter = collections.Counter()  # place -> finished episodes there
@@ -332,7 +333,7 @@ class RunLog:
 
     def progress(self, update: int, losses: dict | None) -> str:
         """The progress bar's text: update, speed, recent episode metrics, loss."""
-        parts = [f"upd {update}/{self.cfg.num_updates}", f"{self.lg.last.get(STEPS_PER_SEC, 0):.0f} steps/s"]
+        parts = [f"upd {update}/{self.num_updates}", f"{self.lg.last.get(STEPS_PER_SEC, 0):.0f} steps/s"]
         if self.recent:
             keys = self.recent[-1].keys()
             parts += [f"{k} {np.mean([m.get(k, 0) for m in self.recent]):.3g}" for k in keys if k != "length"]

@@ -15,8 +15,12 @@ class RunningMeanStd:
     """Mean and variance over every batch seen so far, per element of ``shape``.
 
     ``update(x)`` takes ``x`` of shape ``[B, *shape]`` (any numeric dtype); the
-    statistics are kept in float64 so that long runs do not drift.
+    statistics are kept in float64 so that long runs do not drift. ``sync``, when set
+    (``common.distributed.World.pooled_moments``), turns a batch's moments into those of every
+    data-parallel rank's batch together, so that every rank keeps the same statistics.
     """
+
+    sync = None
 
     def __init__(self, shape: tuple = (), epsilon: float = 1e-4):
         self.mean = np.zeros(shape, dtype=np.float64)
@@ -31,6 +35,8 @@ class RunningMeanStd:
         self.update_from_moments(x.mean(axis=0), x.var(axis=0), x.shape[0])
 
     def update_from_moments(self, batch_mean, batch_var, batch_count: int) -> None:
+        if self.sync is not None:
+            batch_mean, batch_var, batch_count = self.sync(batch_mean, batch_var, batch_count)
         delta = batch_mean - self.mean
         total = self.count + batch_count
         new_mean = self.mean + delta * batch_count / total

@@ -19,6 +19,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
+from common.distributed import NO_SYNC
 
 
 def log_prob_entropy(logits: paddle.Tensor, actions: paddle.Tensor):
@@ -56,6 +57,7 @@ class PPO:
         self.epsilon, self.beta, self.vf_coef, self.value_loss = epsilon, beta, vf_coef, value_loss
         self.norm_adv = bool(norm_adv)
         self.lr, self.max_grad_norm = lr, max_grad_norm
+        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.distributed)
         self.reset_optimizer()
 
     def reset_optimizer(self) -> None:
@@ -99,14 +101,21 @@ class PPO:
         }
 
     def step(self, batch: dict):
-        """One gradient step; returns a dict of floats, or None when the loss is not finite (skipped)."""
+        """One gradient step; returns a dict of floats, or None when the loss is not finite (skipped).
+
+        Between backward and the optimizer step, ``grad_sync`` averages the gradients over the
+        data-parallel ranks and says whether every rank's loss was finite (``common.distributed``;
+        in one process it only passes the finiteness on).
+        """
         total, terms = self.loss(batch)
         total_value = float(total)
-        if not np.isfinite(total_value):
+        finite = bool(np.isfinite(total_value))
+        self.optimizer.clear_grad()
+        if finite:
+            total.backward()
+        if not self.grad_sync(self.policy.parameters(), finite).step:
             self.optimizer.clear_grad()
             return None
-        self.optimizer.clear_grad()
-        total.backward()
         self.optimizer.step()
         out = {k: float(v) for k, v in terms.items()}
         out["total"] = total_value

@@ -11,6 +11,11 @@ a loss or a weight goes non-finite it is rolled back (and counted); an error any
 saves the state of the last completed update and names the file. Ctrl-C / SIGTERM
 finish the current step, save a checkpoint and close the workers; a second Ctrl-C
 aborts at once.
+
+Started by ``paddle.distributed.launch``, each rank runs this loop as one data-parallel
+replica (``common.distributed``: gradients averaged, reward statistics pooled, the same
+decisions on every rank, signals honoured between updates); rank 0 alone logs, evaluates and
+writes files, and ``--num-global-steps`` counts the steps of every rank.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from tqdm import tqdm
 
 from common.config import TrainConfig, check_writable, make_folder
 from common.device import require_paddle, set_device
+from common.distributed import SilentLogger, World
 from common.game import GameSpec
 
 paddle = require_paddle()
@@ -89,6 +95,10 @@ class Trainer:
         cfg.validate()
         self.spec, self.cfg = spec, cfg
         set_device(cfg.device)
+        self.world = World.current(cfg.device)  # one process: rank 0 of 1, and nothing below changes
+        # agent steps of every rank per update; the ranks step in lockstep
+        self.steps_per_update = cfg.rollout_size * self.world.size
+        self.num_updates = max(1, cfg.num_global_steps // self.steps_per_update)
         if cfg.device == "cpu":
             cpu.tune_allocator()
         paddle.seed(cfg.seed)
@@ -139,13 +149,19 @@ class Trainer:
         self._side = None  # thread for the intrinsic module's update step (see learn)
         if cfg.resume:
             self.load(cfg.resume)
-        make_folder(
-            self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path))
-        )
-        make_folder(self.run_dir, "--log-path", cfg.log_path)
-        cfg.to_json(os.path.join(self.run_dir, "config.json"))
-        self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
+        self.world.attach(self)  # a data-parallel replica (common.distributed); nothing in one process
+        if self.world.is_main:
+            make_folder(
+                self.saved_path,
+                *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path)),
+            )
+            make_folder(self.run_dir, "--log-path", cfg.log_path)
+            cfg.to_json(os.path.join(self.run_dir, "config.json"))
+            self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
+        else:  # rank 0 alone writes files
+            self.logger = SilentLogger()
         self.log = RunLog(self.logger, spec, cfg, self.num_actions)
+        self.log.num_updates = self.num_updates
         self.log.load_visited(**self._visited)
 
     def _new_intrinsic(self):
@@ -164,9 +180,13 @@ class Trainer:
         auto = min(cfg.num_envs, os.cpu_count() or 1)
         workers = {-1: 0, 0: auto}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
         kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout} if workers > 0 else {}
-        # Env i is seeded with seed + i; a resumed run starts fresh episodes, seeded by its update count
-        # so that it does not replay the first episodes of the original run.
-        return make_vec_env(fns, num_workers=workers, seed=cfg.seed + 100_003 * self.update, **kw)
+        if cfg.vec_env == "ray":  # Ray actors; --num-workers 0: one per CPU of the Ray cluster
+            workers, kw = cfg.num_workers, {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout}
+            kw.update(kind="ray", address=cfg.ray_address)
+        # Env i is seeded with seed + i (rank r's: as env r * num_envs + i of one big run); a resumed run
+        # starts fresh episodes, seeded by its update count so that it does not replay the original's.
+        seed = cfg.seed + 100_003 * self.update + self.world.rank * cfg.num_envs
+        return make_vec_env(fns, num_workers=workers, seed=seed, **kw)
 
     # ------------------------------------------------------------------ state
     def learned_state(self) -> dict:
@@ -199,6 +219,7 @@ class Trainer:
             **self.int_scale.state_dict(),
             "rng": self.rng.bit_generator.state,
             "obs_norm_ready": self.obs_norm_ready,
+            "world_size": self.world.size,
             "nan_total": self.nan_total,
             **(self.log.visited_state() if hasattr(self, "log") else {}),
         }
@@ -206,6 +227,7 @@ class Trainer:
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game or network."""
         state = load_checkpoint(path, required=CHECKPOINT_KEYS)
+        self.world.check_checkpoint(state, path, self.cfg.allow_world_size_change)
         check_compatible(
             state, self.spec.name, {"policy": self.policy.state_dict(), "intrinsic_name": self.cfg.intrinsic}, path
         )
@@ -221,7 +243,11 @@ class Trainer:
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}
 
     def save(self, name: str | None = None, state: dict | None = None) -> str:
-        """Write ``state`` (default: the current one) as ``name`` (default: this update's checkpoint name)."""
+        """Write ``state`` (default: the current one) as ``name`` (default: this update's checkpoint name).
+
+        Rank 0 alone writes; other ranks return ""."""
+        if not self.world.is_main:
+            return ""
         path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.update))
         where = "--saved-path" if self.cfg.saved_path else "--log-path"
         try:
@@ -243,6 +269,18 @@ class Trainer:
             flush=True,
         )
 
+    def _stop_requested(self) -> bool:
+        """A signal asks to stop now (within a phase). Data-parallel ranks stop only between updates,
+        where they agree (``_stop_agreed``): one rank leaving a phase early would leave the others
+        waiting for it."""
+        return self._stop_signal is not None and not self.world.distributed
+
+    def _stop_agreed(self) -> bool:
+        """Whether to stop, the same on every rank (a signal that reached any rank stops them all)."""
+        if self.world.distributed:
+            self._stop_signal = self.world.max_int(self._stop_signal or 0) or None
+        return self._stop_signal is not None
+
     def _cpu_threads(self) -> int:
         """Threads for the networks: ``num_threads`` (0 = one per core) on CPU, 1 on GPU."""
         return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
@@ -259,12 +297,12 @@ class Trainer:
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
         """Random-agent warm-up of the intrinsic module's observation normalizer (RND)."""
         for _ in range(self.cfg.obs_norm_steps):
-            if self._stop_signal is not None:
+            if self._stop_requested():
                 break
             actions = self.rng.integers(0, self.num_actions, size=self.cfg.num_envs)
             obs, _, _, _ = self.envs.step(actions)
             self.intrinsic.observe(obs)
-        self.obs_norm_ready = self._stop_signal is None
+        self.obs_norm_ready = not self._stop_requested()
         return obs
 
     def collect(self, obs: np.ndarray, keep_metadata: bool = False, keep_records: bool = False):
@@ -279,12 +317,12 @@ class Trainer:
         cfg, buf = self.cfg, self.buffer
         buf.start(obs)
         episodes, self.embedding_meta, self.step_records = [], {}, []
-        if self._stop_signal is not None:
+        if self._stop_requested():
             return None
         steps = Pipeline(self.envs, lambda o: self.actor.act(o, self.rng))
         steps.start(obs)
         for t in range(cfg.num_local_steps):
-            last = t + 1 == cfg.num_local_steps or self._stop_signal is not None
+            last = t + 1 == cfg.num_local_steps or self._stop_requested()
             acted, (obs, rewards, dones, infos) = steps.step(last=last)
             buf.add(*acted, rewards, dones, obs, infos)
             episodes += [infos[i] for i in np.flatnonzero(dones) if "episode" in infos[i]]  # not cut by a restart
@@ -293,7 +331,7 @@ class Trainer:
                     self.embedding_meta[(t, i)] = self.spec.embedding_metadata(info)
             if keep_records:
                 self.step_records.append([self.spec.step_record(info) for info in infos])
-            if self._stop_signal is not None:
+            if self._stop_requested():
                 steps.drain()
                 return None
         if cfg.clip_reward:
@@ -354,6 +392,8 @@ class Trainer:
             nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
             if losses is not None and nonfinite_tensors(nets):
                 losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
+            if not self.world.all(losses is not None):  # every rank keeps the update, or none does
+                losses = None
         except BaseException:
             self.set_learned_state(snapshot)
             raise
@@ -375,7 +415,7 @@ class Trainer:
             RuntimeWarning,
             stacklevel=2,
         )
-        self.logger.scalar(tags.NAN_UPDATES, self.nan_total, self.global_step + self.cfg.rollout_size)
+        self.logger.scalar(tags.NAN_UPDATES, self.nan_total, self.global_step + self.steps_per_update)
         if self.nan_streak >= self.cfg.max_nan_updates:
             raise NonFiniteLossError(
                 f"{self.nan_streak} consecutive updates had a NaN/inf loss or weights (each rolled back); stopping. "
@@ -410,32 +450,37 @@ class Trainer:
     def train(self) -> dict:
         cfg = self.cfg
         print(
-            f"{self.spec.name}: {cfg.num_updates} updates of {cfg.rollout_size} steps "
-            f"({cfg.num_envs} envs x {cfg.num_local_steps}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
+            f"{self.spec.name}: {self.num_updates} updates of {self.steps_per_update} steps "
+            f"({cfg.num_envs} envs x {cfg.num_local_steps}"
+            f"{f' x {self.world.size} ranks; this is rank {self.world.rank}' if self.world.distributed else ''}), "
+            f"intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
         )
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = tqdm(
-            total=cfg.num_updates * cfg.rollout_size,
+            total=self.num_updates * self.steps_per_update,
             initial=self.global_step,
             unit="step",
             dynamic_ncols=True,
             desc=self.spec.name,
+            disable=not self.world.is_main,
         )
         try:
             self.envs = self._make_envs()
             obs = self.envs.reset()
             if not self.obs_norm_ready:
                 obs = self.init_obs_normalizer(obs)
-            while self.update < cfg.num_updates and self._stop_signal is None:
+            while self.update < self.num_updates and not self._stop_agreed():
                 snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
                 t0 = time.perf_counter()
                 embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
                 picture = self._picture_due(self.update + 1)
+                embed, picture = (embed, picture) if self.world.is_main else (False, False)  # rank 0 alone logs
                 with self.math_threads():
                     collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
-                if collected is None:
+                if collected is None or self._stop_agreed():
                     break
                 obs, episodes = collected
+                episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
                 last_ext, last_int = self.actor.values(obs)
                 with self.math_threads():
                     raw_int = self.intrinsic_rewards()
@@ -446,7 +491,7 @@ class Trainer:
                 losses = self._update(snapshot)
                 t2 = time.perf_counter()
                 self.update += 1
-                self.global_step += cfg.rollout_size
+                self.global_step += self.steps_per_update
                 for note in self.log.update(
                     self.update,
                     self.global_step,
@@ -467,14 +512,14 @@ class Trainer:
                     )
                 if picture:
                     self.log.picture(self.update, self.buffer, raw_int, self.step_records)
-                if cfg.eval_interval and self.update % cfg.eval_interval == 0:
+                if cfg.eval_interval and self.update % cfg.eval_interval == 0 and self.world.is_main:
                     self._start_eval()
                 if cfg.save_interval and self.update % cfg.save_interval == 0:
                     self.save()
                 self.buffer.finish()
                 self._log_evals(block=False)
                 self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
-                bar.update(cfg.rollout_size)
+                bar.update(self.steps_per_update)
                 bar.set_postfix_str(self.log.progress(self.update, losses))
             if self._stop_signal is None:
                 self._log_evals(block=True)  # the last update's eval (its success checkpoint comes first)
@@ -504,6 +549,8 @@ class Trainer:
         """Save the state of the last completed update after ``error``; the exception to raise instead,
         naming the file. (Every phase leaves that state intact: an update rolls itself back.)"""
         what = f"{type(error).__name__}: {error}"
+        if not self.world.is_main:
+            return RunStoppedError(f"{what}\n\n(rank {self.world.rank}: rank 0 saves the checkpoints)")
         try:
             path = self.save()  # (again, if this update was saved: the counters, e.g. nan_total, moved on)
         except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error

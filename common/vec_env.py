@@ -17,7 +17,8 @@ While one group steps in its worker, the caller can compute another group's acti
 :class:`Pipeline` does this scheduling for a policy (``Trainer.collect`` uses it). Groups of
 one worker are answered in the order they were sent.
 
-Contract (shared by :class:`InProcessVecEnv` and :class:`SubprocVecEnv`):
+Contract (shared by :class:`InProcessVecEnv`, :class:`SubprocVecEnv` and ``common.vec_env_ray.RayVecEnv``,
+the same env workers as Ray actors on a Ray cluster):
 
 * **Auto-reset.** When env ``i`` ends an episode, ``infos[i]`` gets
   ``final_observation`` (the uint8 observation of the terminal step) and
@@ -1011,12 +1012,25 @@ class Pipeline:
 
 
 def make_vec_env(
-    env_fns: Sequence[Callable[[], Any]], num_workers: int = 0, seed: int | None = None, **kwargs
+    env_fns: Sequence[Callable[[], Any]],
+    num_workers: int = 0,
+    seed: int | None = None,
+    kind: str = "subproc",
+    **kwargs,
 ) -> VecEnv:
     """``num_workers == 0``: :class:`InProcessVecEnv`; otherwise :class:`SubprocVecEnv`
     with ``num_workers`` processes. Extra keyword arguments are SubprocVecEnv options
     (``timeout``, ``start_timeout``, ``start_method``, ``shared_memory``, ``max_restarts``); they are
-    accepted and ignored in-process, so one call site serves both."""
+    accepted and ignored in-process, so one call site serves both.
+
+    ``kind="ray"``: a ``common.vec_env_ray.RayVecEnv`` of ``num_workers`` Ray actors (0: one per CPU
+    of the Ray cluster), with its options (``timeout``, ``start_timeout``, ``max_restarts``, ``address``)."""
+    if kind == "ray":
+        from common.vec_env_ray import RayVecEnv
+
+        return RayVecEnv(env_fns, num_workers=max(0, num_workers), seed=seed, **kwargs)
+    if kind != "subproc":
+        raise ValueError(f"unknown vector-env kind {kind!r}; expected subproc or ray")
     if num_workers <= 0:
         unknown = set(kwargs) - {"timeout", "start_timeout", "start_method", "shared_memory", "max_restarts"}
         if unknown:

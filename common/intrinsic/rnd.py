@@ -15,6 +15,7 @@ import paddle.nn as nn
 
 from common import cpu
 from common.checkpoint import optimizer_state, set_optimizer_state
+from common.distributed import NO_SYNC
 from common.intrinsic.base import IntrinsicModule
 from common.normalize import RunningMeanStd
 
@@ -58,6 +59,7 @@ class DistillationModule(IntrinsicModule):
         self.lr, self.max_grad_norm = lr, max_grad_norm
         self.predictor_opt = self._adam(lr, predictor.parameters())
         self.rng = np.random.default_rng(seed)
+        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.distributed)
         self._norm_cache = None
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
@@ -133,11 +135,14 @@ class DistillationModule(IntrinsicModule):
             target = self._target_features(x)
         loss = ((self.predictor(x) - target) ** 2).mean()
         value = float(loss)
+        finite = bool(np.isfinite(value))
         self.predictor_opt.clear_grad()
-        if np.isfinite(value):  # a non-finite loss is reported by the trainer, never applied
+        if finite:
             loss.backward()
+        agreed = self.grad_sync(self.predictor.parameters(), finite)  # averaged over data-parallel ranks
+        if agreed.step:  # a non-finite loss is reported by the trainer, never applied
             self.predictor_opt.step()
-        return value
+        return value if agreed.finite else float("nan")  # every rank reports another rank's NaN too
 
     def update(self, batch: dict) -> dict:
         return {"forward": self.distill(batch["next_obs"])}

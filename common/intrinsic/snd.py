@@ -251,13 +251,20 @@ class _SNDBase(DistillationModule):
 
     def update(self, batch: dict) -> dict:
         total, terms = self._target_loss(self._target_share(batch))
-        if total is None:  # no usable pairs: skip the target step, report zeros
+        finite = total is None or bool(np.isfinite(float(total)))
+        self.target_opt.clear_grad()
+        if total is not None and finite:
+            total.backward()
+        # averaged over data-parallel ranks; a rank without pairs takes the others' step
+        agreed = self.grad_sync(self._target_params(), finite, has_data=total is not None)
+        if agreed.step:
+            self.target_opt.step()
+        self.target_opt.clear_grad()
+        if not agreed.finite:  # reported (on every rank); the trainer rolls the update back
+            out = {"snd_target": float("nan"), **{f"snd_target/{k}": float("nan") for k in self.TERMS}}
+        elif total is None:  # no usable pairs here: report zeros
             out = {"snd_target": 0.0, **{f"snd_target/{k}": 0.0 for k in self.TERMS}}
         else:
-            self.target_opt.clear_grad()
-            total.backward()
-            self.target_opt.step()
-            self.target_opt.clear_grad()
             out = {"snd_target": float(total), **{f"snd_target/{k}": float(v) for k, v in terms.items()}}
         return {"forward": self.distill(batch["next_obs"]), **out}
 

@@ -1,0 +1,193 @@
+"""Data-parallel training (common/distributed.py): no-ops in one process, and a real 2-rank CPU launch
+(``paddle.distributed.launch --nproc_per_node 2``, gloo on loopback) of a tiny gridworld run:
+bit-identical replicas after every update, only rank 0 writes, a killed rank ends the others."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from common.checkpoint import CheckpointError
+from common.distributed import NO_SYNC, Agreement, SilentLogger, World, combine_moments
+from common.normalize import RunningMeanStd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELPER = os.path.join(ROOT, "tests", "distributed_run.py")
+TINY = [
+    "--num-processes",
+    "4",
+    "--num-local-steps",
+    "16",
+    "--batch-size",
+    "2",
+    "--num-epochs",
+    "1",
+    "--obs-norm-steps",
+    "2",
+    "--histogram-interval",
+    "1",
+    "--embedding-interval",
+    "1",
+    "--num-threads",
+    "2",
+]
+DIGEST = re.compile(r"DIGEST rank=(\d) update=(\d+) params=(\w+) stats=(\w+) rollout=(\w+) kept=(\w+)")
+
+
+# ------------------------------------------------------------------ one process: nothing changes
+def test_one_process_is_rank_0_of_1_and_every_hook_is_a_no_op():
+    world = World()
+    assert (world.size, world.rank, world.is_main, world.distributed) == (1, 0, True, False)
+    assert world.any(True) and not world.any(False) and world.all(True) and not world.all(False)
+    episodes = [{"episode": {"r": 1.0}, "final_observation": np.zeros(3)}]
+    assert world.gather_episodes(episodes) is episodes
+    rng = np.random.default_rng(3)
+    assert world.own_stream(rng) is rng
+    assert world.gradient_sync("policy") is NO_SYNC
+    assert NO_SYNC([], True) == Agreement(step=True, finite=True)
+    assert NO_SYNC([], False) == Agreement(step=False, finite=False)
+    assert NO_SYNC([], True, has_data=False) == Agreement(step=False, finite=True)
+    mean, var = np.ones(3), np.full(3, 2.0)
+    assert world.pooled_moments(mean, var, 5) == (mean, var, 5)
+    silent = SilentLogger()
+    assert silent.scalar("a", 1.0, 2) is None and silent.any_new_method(1) is None and silent.last == {}
+
+
+def test_other_ranks_draw_their_own_random_numbers():
+    first, second = World(2, 0).own_stream(np.random.default_rng(5)), World(2, 1).own_stream(np.random.default_rng(5))
+    assert first.random() == np.random.default_rng(5).random()  # rank 0: the single-process stream
+    assert first.random() != second.random()
+
+
+def test_pooled_moments_are_those_of_the_batches_together():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(loc=k, size=(n, 3)) for k, n in enumerate((5, 11, 2))]
+    mean, var, count = combine_moments([(b.mean(0), b.var(0), len(b)) for b in batches])
+    together = np.concatenate(batches)
+    np.testing.assert_allclose(mean, together.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var, together.var(0), rtol=1e-12)
+    assert count == len(together)
+    # a synced RunningMeanStd sees every rank's batch: as if it had been fed all of them
+    synced, plain = RunningMeanStd((3,)), RunningMeanStd((3,))
+    synced.sync = lambda m, v, n: combine_moments([(m, v, n), (batches[1].mean(0), batches[1].var(0), 11)])
+    synced.update(batches[0])
+    plain.update(np.concatenate(batches[:2]))
+    np.testing.assert_allclose(synced.mean, plain.mean, rtol=1e-12)
+    np.testing.assert_allclose(synced.var, plain.var, rtol=1e-12)
+
+
+def test_checkpoints_of_another_world_size_are_refused_unless_allowed():
+    world = World()
+    world.check_checkpoint({"world_size": 1}, "a.pdparams", allow_change=False)
+    world.check_checkpoint({}, "old.pdparams", allow_change=False)  # before world sizes were recorded: 1
+    with pytest.raises(CheckpointError, match="a run of 2 data-parallel ranks; this run has 1.*--allow-world-size"):
+        world.check_checkpoint({"world_size": 2}, "b.pdparams", allow_change=False)
+    world.check_checkpoint({"world_size": 2}, "b.pdparams", allow_change=True)
+
+
+# ------------------------------------------------------------------ two ranks on loopback
+def launch(tmp_path, flags, name="r"):
+    """Start ``paddle.distributed.launch --nproc_per_node 2`` on tests/distributed_run.py."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        "2",
+        "--log_dir",
+        str(tmp_path / "launch"),
+        HELPER,
+        *TINY,
+        *flags,
+        "--log-path",
+        str(tmp_path / "runs"),
+        "--run-name",
+        name,
+    ]
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def rank_log(tmp_path, rank: int) -> str:
+    path = tmp_path / "launch" / f"workerlog.{rank}"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.mark.slow
+def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
+    proc = launch(
+        tmp_path,
+        [
+            "--intrinsic",
+            "snd-v",  # the policy's, the predictor's and the SND target's gradients are averaged
+            "--num-global-steps",
+            "384",  # 3 updates of 2 ranks x 4 envs x 16 steps
+            "--eval-interval",
+            "1",
+            "--no-eval-in-background",
+            "--video-interval",
+            "2",
+            "--save-interval",
+            "1",
+        ],
+    )
+    out, _ = proc.communicate(timeout=300)
+    logs = [rank_log(tmp_path, r) for r in (0, 1)]
+    assert proc.returncode == 0, out[-3000:] + logs[0][-2000:] + logs[1][-2000:]
+    digests = [{int(m[1]): m[2:] for m in DIGEST.findall(log)} for log in logs]
+    assert sorted(digests[0]) == sorted(digests[1]) == [1, 2, 3], logs
+    for update in (1, 2, 3):
+        params0, stats0, rollout0, kept0 = digests[0][update]
+        params1, stats1, rollout1, kept1 = digests[1][update]
+        assert (params0, stats0, kept0) == (params1, stats1, kept1) == (params0, stats0, "True"), update
+        assert rollout0 != rollout1, "both ranks collected the same observations: their envs share seeds"
+    writes = [re.search(r"WRITES rank=\d count=(\d+)", log) for log in logs]
+    assert int(writes[0][1]) > 0 and int(writes[1][1]) == 0, logs[1][-2000:]
+    run = tmp_path / "runs" / "r"
+    assert (run / "videos" / "eval_000002.mp4").exists() and (run / "metrics.jsonl").exists()
+
+    # the checkpoint records the world size; one rank refuses it unless asked
+    from common.checkpoint import load_checkpoint
+    from common.trainer import Trainer
+    from gridworld.train import SPEC, GridConfig
+
+    ckpt = str(run / "models" / "gridworld_DoorKey-5x5_3.pdparams")
+    state = load_checkpoint(ckpt)
+    assert state["world_size"] == 2 and state["global_step"] == 384
+    cfg = dict(num_processes=4, num_local_steps=16, batch_size=2, intrinsic="snd-v", resume=ckpt)
+    cfg.update(log_path=str(tmp_path / "one"))
+    with pytest.raises(CheckpointError, match="written by a run of 2 data-parallel ranks; this run has 1"):
+        Trainer(SPEC, GridConfig(**cfg))
+    trainer = Trainer(SPEC, GridConfig(**cfg, allow_world_size_change=True))
+    assert trainer.update == 3
+    trainer.close()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_others_with_a_clear_error(tmp_path):
+    proc = launch(tmp_path, ["--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "0"], "k")
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and "update=2 " not in rank_log(tmp_path, 1):
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.5)
+        pid = int(re.search(r"PID rank=1 pid=(\d+)", rank_log(tmp_path, 1))[1])
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=90)  # no hang: the launcher and rank 0 end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert time.monotonic() - killed < 60
+    assert proc.returncode != 0
+    log = rank_log(tmp_path, 0)
+    assert "RankLostError" in log and "another rank stopped" in log, log[-3000:]
+    assert "was saved to" in log and "continue with --resume" in log, log[-3000:]  # rank 0 kept the last update
