@@ -128,6 +128,21 @@ def test_eval_frames_image_is_an_rgb_grid(server):
     assert np.abs(img[..., 0].astype(int) - img[..., 2].astype(int)).mean() > 10
 
 
+def test_pictures_are_images_of_their_own(server):
+    import imageio.v2 as imageio
+
+    run = f"runs/{RUN}"
+    image_tags = set(dict(zip(*server.api("image/tags").values()))[run])
+    along, explore = tags.EVAL_ALONG, f"{tags.EXPLORE}/intrinsic_by_x"
+    assert image_tags == {tags.EVAL_FRAMES, along, explore}
+    # the greedy episode's intrinsic reward (with each video) and Mario's along x_pos (--picture-interval 1)
+    for tag, shape in ((along, (560, 1000)), (explore, (460, 1000))):
+        steps = server.api("image/list", run=run, tag=tag)
+        assert [s["step"] for s in steps] == [1, 2]
+        img = imageio.imread(io.BytesIO(server.raw("image/image", run=run, tag=tag, index=len(steps) - 1)))
+        assert img.shape[:2] == shape and img.std() > 20
+
+
 def test_histograms(server):
     run = f"runs/{RUN}"
     hist_tags = dict(zip(*server.api("histogram/tags").values()))[run]

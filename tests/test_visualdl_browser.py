@@ -83,11 +83,12 @@ def test_scalar_page_draws_every_tag(show, metrics):
 
 def test_image_page_shows_the_eval_frames_grid(show):
     view = show("image")
-    assert view.groups == {"eval": 1}
-    assert tags.EVAL_FRAMES in view.text and RUN_NAME in view.text
-    # The browser decoded the latest eval/frames image: 8 moments, 120x128 each, in 2 rows of 4 with 2-px lines.
-    (image,) = view.images
-    assert image["complete"] and (image["width"], image["height"]) == (4 * 128 + 3 * 2, 2 * 120 + 2)
+    assert view.groups == {"eval": 2, "explore": 1}
+    assert tags.EVAL_FRAMES in view.text and tags.EVAL_ALONG in view.text and RUN_NAME in view.text
+    # The browser decoded the latest eval/frames image (8 moments, 120x128 each, in 2 rows of 4 with 2-px
+    # lines), the greedy episode's intrinsic reward and Mario's intrinsic reward along x_pos.
+    sizes = sorted((i["width"], i["height"]) for i in view.images if i["complete"])
+    assert sizes == sorted([(4 * 128 + 3 * 2, 2 * 120 + 2), (1000, 560), (1000, 460)])
     assert_screenshot(view)
 
 
