@@ -18,7 +18,7 @@ import numpy as np
 RGB_KEEP = 8  # moments shown in the eval/frames image
 STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
 #: screens kept (up to twice as many) when the frames at the intrinsic reward's peaks are wanted:
-#: every screen of an episode of up to 1,024 steps (Mario's halved screens: 47 MB at most)
+#: every screen of an episode of up to 1,023 steps (Mario's halved screens: 47 MB at most)
 ALONG_KEEP = 512
 SCREEN_MAX_HEIGHT = 160
 
