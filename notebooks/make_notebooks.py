@@ -135,7 +135,8 @@ def visualdl_md(game: str):
 
         Dashboards: **Scalars** (the tutorial's tags `Training Reward`, `Eval Extrinsic reward`,
         `Eval Intrinsic reward`, `Total loss`, `Forward loss`, then groups `losses/`, `intrinsic/`, `charts/`,
-        `episode/`, `eval/`, `perf/`), **Image** (`eval/frames`: eight moments of each evaluation episode),
+        `episode/`, `eval/`, `perf/`), **Image** (`eval/frames`: eight moments of each evaluation episode;
+        `eval/intrinsic_along_episode`: its intrinsic reward step by step; `explore/`: where the agent has been),
         **Histogram** (intrinsic rewards and advantages), **High Dimensional** (target features of recent
         {game} states, coloured by {"x position bucket and stage" if game == "Mario" else "room"}; project them
         with PCA, t-SNE or UMAP), and
@@ -143,13 +144,69 @@ def visualdl_md(game: str):
     """)
 
 
-def play_cell(game: str, quick_steps: int, full_steps: int, width: int):
-    """Run the game's play.py on the run's last checkpoint and show its mp4."""
+def play_cell(game: str, quick_steps: int, full_steps: int, width: int, picture: str = ""):
+    """Run the game's play.py on the run's last checkpoint and show its mp4 (and the PNG of ``picture``,
+    a flag of play.py that draws one: ``--plot`` or ``--map``)."""
+    draw = f" {picture} {{play_png}}" if picture else ""
+    show = "\n        display(Image(filename=play_png, width=800))" if picture else ""
     return code(f"""
-        play_mp4 = os.path.join(result["run_dir"], "play.mp4")
-        !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}
-        display(Video(play_mp4, embed=True, width={width}))
+        from IPython.display import Image
+
+        play_mp4, play_png = os.path.join(result["run_dir"], "play.mp4"), os.path.join(result["run_dir"], "play.png")
+        !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}{draw}
+        display(Video(play_mp4, embed=True, width={width})){show}
     """)
+
+
+def curiosity_cells(what: str, what_cn: str):
+    """The pictures of curiosity at work: the eval episode's intrinsic reward redrawn from its values, and the
+    latest picture of where the agent has been (``what`` / ``what_cn`` say what that picture is for the game)."""
+    return [
+        md(f"""
+            ## Curiosity at work / 好奇心如何起作用
+
+            With each evaluation video (`--video-interval`) the run draws the greedy episode's intrinsic reward
+            step by step, its highest peaks marked and the frames there shown above them, as in Figure 1 of the
+            RND paper (`eval/intrinsic_along_episode` in VisualDL). The values are kept in
+            `<run>/eval_intrinsic/update_N.npz`: `common.pictures` redraws them here. Every `--picture-interval`
+            updates it also draws where the agent has been (`explore/` in VisualDL, `<run>/explore/update_N.png`
+            and `.npz`): {what}
+
+            每段评估录像（`--video-interval`）都会配一张图：贪心评估回合中每一步的内在奖励，标出最高的几个峰值，
+            并在上方给出峰值处的画面，与 RND 论文的图 1 相同。数据保存在 `<run>/eval_intrinsic/update_N.npz`，
+            这里用 `common.pictures` 重新绘制。每 `--picture-interval` 次更新还会画出智能体去过哪里
+            （VisualDL 中的 `explore/`，以及 `<run>/explore/update_N.png` 和 `.npz`）：{what_cn}
+        """),
+        code("""
+            # The latest greedy episode's intrinsic reward, redrawn from its values.
+            import glob
+
+            import matplotlib.pyplot as plt
+
+            from common import pictures
+
+            along = sorted(glob.glob(os.path.join(result["run_dir"], "eval_intrinsic", "update_*.npz")))
+            print(len(along), "episode pictures:", [os.path.basename(p) for p in along[-3:]])
+            if along:
+                record = pictures.load_record(along[-1])
+                print("highest peaks at steps", (record["peaks"] + 1).tolist(), "of", len(record["rewards"]))
+                fig, ax = plt.subplots(figsize=(12, 6.8))
+                ax.imshow(pictures.draw_along_episode(record, os.path.basename(along[-1])))
+                ax.axis("off")
+                plt.show()
+        """),
+        code("""
+            # Where the agent has been: the latest explore/ picture and the values it was drawn from.
+            from IPython.display import Image
+
+            explore = sorted(glob.glob(os.path.join(result["run_dir"], "explore", "update_*.png")))
+            print(len(explore), "pictures of where the agent has been:", [os.path.basename(p) for p in explore[-3:]])
+            if explore:
+                display(Image(filename=explore[-1], width=900))
+                data = pictures.load_record(explore[-1][:-4] + ".npz")
+                print({k: v.shape for k, v in data.items()})
+        """),
+    ]
 
 
 def print_cmd_cell():
@@ -195,7 +252,7 @@ def mario_notebook():
                 flags = ["--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2",
                          "--num-epochs", "1", "--num-global-steps", "64", "--obs-norm-steps", "2",
                          "--max-eval-steps", "60", "--video-interval", "1", "--histogram-interval", "1",
-                         "--embedding-interval", "1"]
+                         "--embedding-interval", "1", "--picture-interval", "1"]
             else:  # the tutorial's PPO settings; 6 envs x 512 steps per update
                 flags = ["--num-global-steps", "3000000", "--video-interval", "10", "--save-interval", "50"]
             run_name = f"mario_{WORLD}-{STAGE}_rnd" + ("_quick" if QUICK else "")
@@ -223,14 +280,20 @@ def mario_notebook():
         ),
         md("## Evaluation video / 评估录像"),
         VIDEO,
+        *curiosity_cells(
+            "for Mario, the mean intrinsic reward of the rollout's steps binned by `x_pos`, with the places where "
+            "episodes ended (deaths, flags): update after update, the novelty frontier moves right.",
+            "马里奥按 `x_pos` 分箱的 rollout 平均内在奖励，并标出回合结束的位置（死亡、到达旗杆）："
+            "随着训练推进，新奇的前沿逐渐右移。",
+        ),
         md("""
             ## Play a checkpoint / 加载检查点试玩
 
             `mario/play.py` loads a checkpoint, plays one greedy episode (the tutorial's evaluation rule),
             records the emulator's frames to an mp4 and prints the result. It refuses a checkpoint of another
-            game with a clear error.
+            game with a clear error. `--plot PATH` also draws the episode's intrinsic reward step by step.
         """),
-        play_cell("mario", quick_steps=60, full_steps=5000, width=384),
+        play_cell("mario", quick_steps=60, full_steps=5000, width=384, picture="--plot"),
         visualdl_md("Mario"),
         print_cmd_cell(),
     ]
@@ -263,7 +326,7 @@ def montezuma_notebook():
                 flags = ["--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2", "--num-epochs", "1",
                          "--num-global-steps", "64", "--obs-norm-steps", "2", "--eval-interval", "1",
                          "--max-eval-steps", "50", "--video-interval", "1", "--histogram-interval", "1",
-                         "--embedding-interval", "1"]
+                         "--embedding-interval", "1", "--picture-interval", "1", "--max-episode-steps", "16"]
             else:
                 flags = ["--num-global-steps", "50000000", "--eval-interval", "20", "--video-interval", "20"]
             run_name = "montezuma_rnd" + ("_quick" if QUICK else "")
@@ -275,7 +338,7 @@ def montezuma_notebook():
             ## Curves / 训练曲线
 
             `episode/rooms` is the number of rooms an episode visited (the paper's exploration measure);
-            training episodes are 4,500 agent steps at most, so in quick mode none finishes.
+            training episodes are 4,500 agent steps at most, cut at 16 in quick mode so that some finish.
         """),
         curves_cell(
             [
@@ -291,10 +354,17 @@ def montezuma_notebook():
         ),
         md("## Evaluation video / 评估录像"),
         VIDEO,
-        md(
-            "## Play a checkpoint (`montezuma/play.py`: rooms visited and score) / 加载检查点试玩（访问过的房间数与得分）"
+        *curiosity_cells(
+            "for Montezuma, the map of the 24 rooms of level 1, each room coloured by how many training episodes "
+            "reached it and labelled with the update of its first visit, the latest rollout's rooms outlined.",
+            "蒙特祖玛第一关 24 个房间的地图，每个房间按到达过它的训练回合数着色，标注首次到达时的更新序号，"
+            "最近一次 rollout 到过的房间加了轮廓线。",
         ),
-        play_cell("montezuma", quick_steps=50, full_steps=4500, width=320),
+        md(
+            "## Play a checkpoint (`montezuma/play.py`: rooms visited and score; `--map`: the run's room map) / "
+            "加载检查点试玩（访问过的房间数与得分；`--map`：训练到达过的房间地图）"
+        ),
+        play_cell("montezuma", quick_steps=50, full_steps=4500, width=320, picture="--map"),
         visualdl_md("Montezuma"),
         print_cmd_cell(),
     ]

@@ -106,6 +106,10 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
             "mario_rnd_ppo.ipynb": "mario 1-1 (update 2): ",
             "montezuma_rnd_ppo.ipynb": "montezuma level1 (update ",
         }[name] in text, text[-2000:]
+        # curiosity at work: the episode's intrinsic reward redrawn, where the agent has been, play.py's picture
+        assert "highest peaks at steps" in text and "2 pictures of where the agent has been" in text, text[-3000:]
+        assert {"mario_rnd_ppo.ipynb": " plot ", "montezuma_rnd_ppo.ipynb": " map "}[name] in text
+        assert len(images) >= 4
     print(f"{name}: {seconds:.1f} s")
 
 
