@@ -44,6 +44,8 @@ setup(
     extras_require={
         "cpu": [PADDLE_CPU],
         "gpu": ["paddlepaddle-gpu>=2.6,<4"],
+        # --vec-env ray: env workers as Ray actors (docs/distributed.md); data-parallel ranks need only Paddle
+        "distributed": ["ray>=2.9,<3"],
         "test": [
             "pytest>=7",
             "nbclient>=0.7",

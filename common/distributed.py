@@ -38,9 +38,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-#: environment variables the launcher sets: the number of ranks, and this one
+#: environment variables the launcher sets: the number of ranks, and how many share this machine
 WORLD_SIZE_VARS = ("PADDLE_TRAINERS_NUM", "PADDLE_GLOBAL_SIZE")
-RANK_VARS = ("PADDLE_TRAINER_ID", "PADDLE_GLOBAL_RANK")
+LOCAL_SIZE_VARS = ("PADDLE_LOCAL_SIZE",)
 
 
 class Agreement(NamedTuple):
@@ -98,9 +98,8 @@ class World:
 
     _current: World | None = None
 
-    def __init__(self, size: int = 1, rank: int = 0):
-        self.size, self.rank = int(size), int(rank)
-        self.comm_seconds = 0.0  #: time spent in gradient all-reduces (both streams), for benchmarks
+    def __init__(self, size: int = 1, rank: int = 0, local_size: int = 1):
+        self.size, self.rank, self.local_size = int(size), int(rank), int(local_size)
         self._groups: dict = {}
 
     # ------------------------------------------------------------------ who am I
@@ -116,7 +115,7 @@ class World:
                 if device == "cpu":  # a GPU build would pick NCCL for the ranks otherwise
                     os.environ["PADDLE_DISTRI_BACKEND"] = "gloo"
                 dist.init_parallel_env()
-                world = cls(dist.get_world_size(), dist.get_rank())
+                world = cls(dist.get_world_size(), dist.get_rank(), _env_int(LOCAL_SIZE_VARS, 1))
                 world._groups = {name: dist.new_group(list(range(world.size))) for name in ("policy", "intrinsic")}
             else:
                 world = cls()
@@ -131,6 +130,10 @@ class World:
     @property
     def distributed(self) -> bool:
         return self.size > 1
+
+    def cores(self) -> int:
+        """This rank's share of the machine's CPU cores (all of them in one process)."""
+        return max(1, (os.cpu_count() or 1) // max(1, self.local_size))
 
     def __repr__(self) -> str:
         return f"World(rank={self.rank}, size={self.size})"
@@ -275,6 +278,7 @@ class GradientSync:
 
     def __init__(self, world: World, group, stream: str):
         self.world, self.group, self.stream = world, group, stream
+        self.seconds = 0.0  #: time spent here, waiting for the slower ranks included (benchmarks/scaling.py)
 
     def __call__(self, parameters, finite: bool, has_data: bool = True) -> Agreement:
         import paddle
@@ -301,5 +305,5 @@ class GradientSync:
                         p._copy_gradient_from(mean)
                     else:
                         p.grad.set_value(mean)
-        self.world.comm_seconds += time.perf_counter() - t0
+        self.seconds += time.perf_counter() - t0
         return agreed

@@ -177,7 +177,7 @@ class Trainer:
         fns = [self.spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
         # Several envs per worker beat one process per env when envs outnumber cores
         # (benchmarks/env_throughput.py); 0 = in-process for make_vec_env.
-        auto = min(cfg.num_envs, os.cpu_count() or 1)
+        auto = min(cfg.num_envs, self.world.cores())
         workers = {-1: 0, 0: auto}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
         kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout} if workers > 0 else {}
         if cfg.vec_env == "ray":  # Ray actors; --num-workers 0: one per CPU of the Ray cluster
@@ -282,8 +282,9 @@ class Trainer:
         return self._stop_signal is not None
 
     def _cpu_threads(self) -> int:
-        """Threads for the networks: ``num_threads`` (0 = one per core) on CPU, 1 on GPU."""
-        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
+        """Threads for the networks: ``num_threads`` (0 = one per core: this rank's share of them) on CPU,
+        1 on GPU."""
+        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or self.world.cores())
 
     def math_threads(self):
         """While open, the networks' convolutions use ``num_threads`` threads (``common.cpu.threads``).

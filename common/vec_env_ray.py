@@ -232,19 +232,17 @@ class RayVecEnv(VecEnv):
         or (while stepping, with budget left) replaces the actor and answers its stand-in."""
         ray = self._ray
         restartable = may_restart and phase == "step"
-        ready, _ = ray.wait([ref], timeout=max(0.0, deadline - time.monotonic()))
         fault = None
-        if not ready:
+        try:
+            msg = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
             fault = (
                 f"Env worker actor did not answer within {self.timeout:g} s during {phase} ({self._where(w)}); "
                 "hung environment?"
             )
-        else:
-            try:
-                msg = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
-                cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                fault = f"Env worker actor died during {phase} ({self._where(w)}): {type(e).__name__}: {cause}"
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
+            cause = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            fault = f"Env worker actor died during {phase} ({self._where(w)}): {type(e).__name__}: {cause}"
         if fault is not None:
             if restartable and self.restarts < self.max_restarts:
                 self._replace(w, fault)

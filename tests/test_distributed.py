@@ -45,6 +45,8 @@ DIGEST = re.compile(r"DIGEST rank=(\d) update=(\d+) params=(\w+) stats=(\w+) rol
 def test_one_process_is_rank_0_of_1_and_every_hook_is_a_no_op():
     world = World()
     assert (world.size, world.rank, world.is_main, world.distributed) == (1, 0, True, False)
+    assert world.cores() == (os.cpu_count() or 1)  # two ranks on one machine: half the cores each
+    assert World(2, 1, local_size=2).cores() == max(1, (os.cpu_count() or 1) // 2)
     assert world.any(True) and not world.any(False) and world.all(True) and not world.all(False)
     episodes = [{"episode": {"r": 1.0}, "final_observation": np.zeros(3)}]
     assert world.gather_episodes(episodes) is episodes
