@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 
-def run_script(script, *args, timeout=300):
+def run_script(script, *args, timeout=900):
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, script), *args],
         capture_output=True,

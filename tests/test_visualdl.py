@@ -160,7 +160,9 @@ def test_embeddings_with_metadata(server):
     assert set(names) <= set(listing), listing.keys()
     for name in names:
         rows, dim = listing[name]["shape"]
-        assert rows == 32 and dim == 512  # every state of the rollout (2 envs x 16 steps), 512 target features
+        # every state of the rollout (2 envs x 16 steps); the 512 target features in their principal axes
+        # (common.logger.project_for_visualdl: 32 points span 32 dimensions)
+        assert rows == 32 and dim == 32
         meta = server.raw("embedding/metadata", name=name).decode().splitlines()  # csv: \r\n
         assert meta[0].split("\t") == ["x_pos_bucket", "stage"]
         assert len(meta) == rows + 1
