@@ -193,3 +193,27 @@ def test_a_killed_rank_ends_the_others_with_a_clear_error(tmp_path):
     log = rank_log(tmp_path, 0)
     assert "RankLostError" in log and "another rank stopped" in log, log[-3000:]
     assert "was saved to" in log and "continue with --resume" in log, log[-3000:]  # rank 0 kept the last update
+
+
+def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
+    """benchmarks/scaling.py --report-only: the report and the projection from a saved run."""
+    import json
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import scaling
+
+    rounds = [{"subproc_env_only": 1600.0, "ray_env_only": 1100.0, "subproc_collect": 850.0, "ray_collect": 740.0}]
+    ranks = {
+        "1": {"steps_per_second": 145.0, "update_seconds": 4.8, "policy_sync_seconds": 0.0, "transfer_seconds": 0.0},
+        "2": {"steps_per_second": 204.0, "update_seconds": 7.1, "policy_sync_seconds": 1.0, "transfer_seconds": 0.33},
+    }
+    for r in ranks.values():
+        r.update(minibatches=16, params=1_407_476, predictor_params=2_203_296)
+    envs = {"rounds": rounds, "ray_start_seconds": 7.8, "subproc_start_seconds": 8.2, "ray_start_seconds_actors": 6.3}
+    envs["policy_seconds_per_sample"] = 3.4e-4
+    saved = tmp_path / "scaling.json"
+    saved.write_text(json.dumps({"envs": envs, "ranks": ranks}))
+    scaling.main(["--report-only", str(saved)])
+    out = capsys.readouterr().out
+    assert "Ray / subprocess 0.87" in out and "2 ranks 204 (x1.41" in out and "4.6% transfer" in out
+    assert [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit()] == ["8", "64", "1024"]
