@@ -10,6 +10,9 @@ Besides training, each rank prints to its own log (the launcher's ``workerlog.N`
   observations (which must differ between ranks: each rank has its own envs);
 * ``WRITES rank=R count=N first=PATH`` at exit: the files it opened for writing (or folders it
   made) under ``--log-path``, seen through a Python audit hook.
+
+With ``DIST_TEST_NAN_UPDATE=K`` in the environment, rank 1's PPO loss is NaN throughout update K
+(rank 0's stays finite): every rank must roll that update back.
 """
 
 from __future__ import annotations
@@ -90,9 +93,18 @@ def main(argv: list) -> None:
     from gridworld.train import SPEC
 
     original = trainer_module.Trainer._update
+    nan_update = int(os.environ.get("DIST_TEST_NAN_UPDATE", "0"))  # rank 1's PPO loss is NaN in that update
 
     def update_and_report(self, snapshot):
-        losses = original(self, snapshot)
+        if rank == 1 and self.update + 1 == nan_update:
+            loss = self.ppo.loss
+            self.ppo.loss = lambda batch: (lambda total, terms: (total * float("nan"), terms))(*loss(batch))
+            try:
+                losses = original(self, snapshot)
+            finally:
+                self.ppo.loss = loss
+        else:
+            losses = original(self, snapshot)
         learned = self.learned_state()  # networks and optimizers; not the per-rank random streams
         learned["intrinsic"] = {k: v for k, v in learned["intrinsic"].items() if k != "rng"}
         stats = [self.int_scale.rms.mean, self.int_scale.rms.var, self.int_scale.rms.count]

@@ -1,6 +1,7 @@
 """Data-parallel training (common/distributed.py): no-ops in one process, and a real 2-rank CPU launch
 (``paddle.distributed.launch --nproc_per_node 2``, gloo on loopback) of a tiny gridworld run:
-bit-identical replicas after every update, only rank 0 writes, a killed rank ends the others."""
+bit-identical replicas after every update, a NaN on one rank rolled back on both, only rank 0 writes,
+a killed rank ends the others."""
 
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def test_checkpoints_of_another_world_size_are_refused_unless_allowed():
 
 
 # ------------------------------------------------------------------ two ranks on loopback
-def launch(tmp_path, flags, name="r"):
+def launch(tmp_path, flags, name="r", **env):
     """Start ``paddle.distributed.launch --nproc_per_node 2`` on tests/distributed_run.py."""
     cmd = [
         sys.executable,
@@ -113,7 +114,7 @@ def launch(tmp_path, flags, name="r"):
         "--run-name",
         name,
     ]
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", **env}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -139,6 +140,7 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
             "--save-interval",
             "1",
         ],
+        DIST_TEST_NAN_UPDATE="2",  # rank 1 alone has a NaN loss in update 2: both ranks roll it back
     )
     out, _ = proc.communicate(timeout=300)
     logs = [rank_log(tmp_path, r) for r in (0, 1)]
@@ -148,8 +150,11 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
     for update in (1, 2, 3):
         params0, stats0, rollout0, kept0 = digests[0][update]
         params1, stats1, rollout1, kept1 = digests[1][update]
-        assert (params0, stats0, kept0) == (params1, stats1, kept1) == (params0, stats0, "True"), update
+        assert (params0, stats0, kept0) == (params1, stats1, kept1), update
+        assert kept0 == ("False" if update == 2 else "True"), update
         assert rollout0 != rollout1, "both ranks collected the same observations: their envs share seeds"
+    assert digests[0][2][0] == digests[0][1][0]  # update 2 rolled back: the state after update 1
+    assert digests[0][3][0] != digests[0][2][0]
     writes = [re.search(r"WRITES rank=\d count=(\d+)", log) for log in logs]
     assert int(writes[0][1]) > 0 and int(writes[1][1]) == 0, logs[1][-2000:]
     run = tmp_path / "runs" / "r"
