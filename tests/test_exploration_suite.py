@@ -67,7 +67,7 @@ def test_plan_order_and_budgets():
     cells = {}
     for task, method, seed, _ in runs:
         cells.setdefault((task, method), set()).add(seed)
-    for task in ("keycorridor", "doorkey8"):
+    for task in ("keycorridor", "doorkey8", "keycorridor3"):
         assert len(cells[(task, "none")]) == len(cells[(task, "rnd")]) == 5
         assert all(len(cells[(task, m)]) >= 3 for m in ("snd-v", "snd-std", "snd-vic"))
     assert len(runs) == len(set((t, m, s) for t, m, s, _ in runs))
