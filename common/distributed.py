@@ -296,14 +296,12 @@ class GradientSync:
         total, nonfinite = (float(x) for x in flat[-2:].numpy())
         agreed = Agreement(step=total > 0 and nonfinite == 0, finite=nonfinite == 0)
         if agreed.step:
+            if any(p.grad is None for p in params):  # no loss here yet: zero gradients to take the others' step
+                paddle.add_n([(p * 0.0).sum() for p in params]).backward()
             with paddle.no_grad():
                 offset = 0
                 for p in params:
-                    mean = (flat[offset : offset + p.size] / total).reshape(p.shape)
+                    p.grad.set_value((flat[offset : offset + p.size] / total).reshape(p.shape))
                     offset += p.size
-                    if p.grad is None:  # this rank had no loss: it takes the others' step all the same
-                        p._copy_gradient_from(mean)
-                    else:
-                        p.grad.set_value(mean)
         self.seconds += time.perf_counter() - t0
         return agreed

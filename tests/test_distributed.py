@@ -86,6 +86,46 @@ def test_pooled_moments_are_those_of_the_batches_together():
     np.testing.assert_allclose(synced.var, plain.var, rtol=1e-12)
 
 
+def test_gradient_sync_averages_over_the_ranks_that_had_a_loss():
+    """GradientSync with the all-reduce replaced by the sum with another rank's buffer."""
+    import paddle
+
+    from common.distributed import GradientSync
+
+    class TwoRanks(World):
+        other = None  # the other rank's (gradient, finite, has_data)
+
+        def _all_reduce(self, tensor, what, op=None, group=None):
+            grad, finite, has_data = self.other
+            weight = 1.0 if finite and has_data else 0.0
+            tensor.set_value(tensor + paddle.to_tensor([*(grad * weight), weight, 0.0 if finite else 1.0]))
+            return tensor
+
+    layer = paddle.nn.Linear(2, 1, bias_attr=False)
+    world = TwoRanks(2, 0)
+    sync = GradientSync(world, None, "policy")
+
+    def step(mine, other, finite=True, has_data=True, other_finite=True, other_data=True):
+        layer.clear_gradients()
+        if mine is not None:
+            (layer.weight * paddle.to_tensor(np.reshape(mine, (2, 1)).astype("float32"))).sum().backward()
+        world.other = (np.asarray(other, np.float32), other_finite, other_data)
+        agreed = sync(layer.parameters(), finite, has_data)
+        return agreed, layer.weight.grad.numpy().ravel().tolist() if layer.weight.grad is not None else None
+
+    assert step([1.0, 2.0], [3.0, 6.0]) == (Agreement(True, True), [2.0, 4.0])  # the mean
+    assert step([1.0, 2.0], [3.0, 6.0], other_data=False) == (Agreement(True, True), [1.0, 2.0])  # mine alone
+    assert step(None, [3.0, 6.0], has_data=False)[0] == Agreement(True, True)  # the other rank's step
+    assert step(None, [3.0, 6.0], has_data=False)[1] == [3.0, 6.0]
+    assert step([1.0, 2.0], [3.0, 6.0], other_finite=False)[0] == Agreement(False, False)  # nobody steps
+    assert step(None, [0.0, 0.0], has_data=False, other_data=False)[0] == Agreement(False, True)
+    fresh = paddle.nn.Linear(2, 1, bias_attr=False)  # no gradient yet at all (before its first step)
+    world.other = (np.asarray([3.0, 6.0], np.float32), True, True)
+    assert sync(fresh.parameters(), True, has_data=False) == Agreement(True, True)
+    assert fresh.weight.grad.numpy().ravel().tolist() == [3.0, 6.0]
+    assert sync.seconds > 0
+
+
 def test_checkpoints_of_another_world_size_are_refused_unless_allowed():
     world = World()
     world.check_checkpoint({"world_size": 1}, "a.pdparams", allow_change=False)
