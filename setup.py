@@ -39,7 +39,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
-    packages=["common", "common.intrinsic", "mario", "montezuma", "gridworld", "pong"],
+    packages=["common", "common.cpu", "common.intrinsic", "mario", "montezuma", "gridworld", "pong"],
     install_requires=install_requires,
     extras_require={
         "cpu": [PADDLE_CPU],
