@@ -74,7 +74,10 @@ def nonfinite_tensors(state, prefix: str = "") -> list[str]:
         for i, v in enumerate(state):
             bad += nonfinite_tensors(v, f"{prefix}{i}/")
     elif isinstance(state, paddle.Tensor):
-        if state.dtype in (paddle.float16, paddle.float32, paddle.float64, paddle.bfloat16) and not bool(
+        if state.dtype in (paddle.float32, paddle.float64):
+            if not bool(paddle.isfinite(state).all()):
+                bad.append(prefix.rstrip("/"))
+        elif state.dtype in (paddle.float16, paddle.bfloat16) and not bool(
             paddle.isfinite(state.astype("float32")).all()
         ):
             bad.append(prefix.rstrip("/"))

@@ -51,14 +51,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.config import arg, parse_config
+from common.config import UnusablePathError, arg, check_writable, make_folder
 from common.device import require_paddle, set_device
+from common.errors import NonFiniteLossError, RunStoppedError
 from common.game import GameSpec
 
 paddle = require_paddle()
 
 from common import cpu  # noqa: E402
-from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint  # noqa: E402
+from common.checkpoint import (  # noqa: E402
+    CheckpointError,
+    check_compatible,
+    copy_state,
+    load_checkpoint,
+    nonfinite_tensors,
+    save_checkpoint,
+)
 from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
@@ -67,10 +75,6 @@ from common.replay import ReplayMemory  # noqa: E402
 AGENTS = ("dqn", "dqn-e0", "snd")
 #: the article's epsilon per agent: DQN 0.1, DQN_e0 and SND 0
 AGENT_EPSILON = {"dqn": 0.1, "dqn-e0": 0.0, "snd": 0.0}
-
-
-class NonFiniteLossError(RuntimeError):
-    """Raised after ``max_nan_updates`` consecutive train steps with a NaN/inf loss."""
 
 
 @dataclass
@@ -306,6 +310,10 @@ class _Mean:
         return out
 
 
+#: what ``DQNTrainer.state_dict`` writes and ``DQNTrainer.load`` needs
+CHECKPOINT_KEYS = ("game", "config", "agent", "policy", "learner", "intrinsic", "env_steps", "episodes", "rng")
+
+
 class DQNTrainer:
     """Double DQN (+ SND-V) on one game. ``DQNTrainer(spec, cfg).train()`` runs to completion."""
 
@@ -317,7 +325,9 @@ class DQNTrainer:
         self.rng = np.random.default_rng(cfg.seed)
         self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
         self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
-        os.makedirs(self.saved_path, exist_ok=True)
+        check_writable(cfg.log_path, "--log-path")  # the folders themselves are made once a resume is accepted
+        if cfg.saved_path:
+            check_writable(cfg.saved_path, "--saved-path")
 
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         if self.obs_shape[0] != cfg.window_length:
@@ -365,10 +375,18 @@ class DQNTrainer:
         self._side = None
         self._env = None
         self._eval_env = None
+        self._good = None  # the last learned state known finite (see train_step)
         if cfg.resume:
             self.load(cfg.resume)
-        cfg.to_json(os.path.join(self.run_dir, "config.json"))
-        self.logger = Logger(self.run_dir, comment=spec.name)
+        make_folder(
+            self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path))
+        )
+        make_folder(self.run_dir, "--log-path", cfg.log_path)
+        try:
+            cfg.to_json(os.path.join(self.run_dir, "config.json"))
+        except OSError as e:
+            raise UnusablePathError(f"--log-path {cfg.log_path!r}: cannot write config.json: {e.strerror}") from None
+        self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
 
     @property
     def train_count(self) -> int:
@@ -396,9 +414,18 @@ class DQNTrainer:
             "replay": self.memory.state_dict() if self.cfg.save_replay else None,
         }
 
+    def learned_state(self) -> dict:
+        """What a train step changes: the learner (Q and target networks, optimizer, counters) and the
+        intrinsic module. A reference to live tensors: ``copy_state`` it to keep it."""
+        return {"learner": self.learner.state_dict(), "intrinsic": self.intrinsic.state_dict()}
+
+    def set_learned_state(self, state: dict) -> None:
+        self.learner.set_state_dict(state["learner"])
+        self.intrinsic.set_state_dict(state["intrinsic"])
+
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game, agent or network."""
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, required=CHECKPOINT_KEYS)
         check_compatible(
             state, self.spec.name, {"agent": self.cfg.agent, "policy": self.learner.q_net.state_dict()}, path
         )
@@ -407,13 +434,13 @@ class DQNTrainer:
             self.intrinsic.set_state_dict(state["intrinsic"])
             if state.get("replay") is not None:
                 self.memory.set_state_dict(state["replay"])
-        except (ValueError, KeyError) as e:
-            raise CheckpointError(f"{path}: {e}") from e
-        self.env_steps = int(state["env_steps"])
-        self.episodes = int(state["episodes"])
-        self.evals = int(state.get("evals", 0))
-        self.nan_total = int(state.get("nan_total", 0))
-        self.rng.bit_generator.state = state["rng"]
+            self.env_steps = int(state["env_steps"])
+            self.episodes = int(state["episodes"])
+            self.evals = int(state.get("evals", 0))
+            self.nan_total = int(state.get("nan_total", 0))
+            self.rng.bit_generator.state = state["rng"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:
@@ -445,7 +472,49 @@ class DQNTrainer:
 
         Returns the step's losses, or None while the memory is warming up. All sampling is
         done here first, so the random streams do not depend on thread timing.
+
+        No optimizer applies a non-finite loss: the Q, SND-target and predictor steps are each
+        skipped when their loss is NaN/inf. Should a weight still come out non-finite (an overflow from finite
+        numbers), the learned state goes back to the last one known finite (``self._good``,
+        refreshed every ``--log-interval`` train steps: a full copy every step would cost ~15 %
+        of a step). Either way the step counts as non-finite; ``--max-nan-updates`` of them in a
+        row stop the run (NonFiniteLossError), and no saved checkpoint ever holds a NaN/inf.
         """
+        losses = self._train_step()
+        if losses is None:
+            return None
+        bad = [k for k in ("q", "snd_target", "forward") if k in losses and not np.isfinite(losses[k])]
+        if nonfinite_tensors([self.learner.q_net.state_dict(), self.intrinsic.state_dict()]):
+            bad.append("weights")
+            if self._good is None:
+                raise NonFiniteLossError("a train step made the weights non-finite and no finite state was kept")
+            self.set_learned_state(self._good)
+        if bad:
+            self._nonfinite(", ".join(bad))
+        else:
+            self.nan_streak = 0
+        return losses
+
+    def keep_good_state(self) -> None:
+        """Remember the current learned state as the one a non-finite step rolls back to."""
+        self._good = copy_state(self.learned_state())
+
+    def _nonfinite(self, what: str) -> None:
+        self.nan_streak += 1
+        self.nan_total += 1
+        warnings.warn(
+            f"train step {self.train_count + 1}: non-finite {what}, not applied "
+            f"({self.nan_streak} in a row, {self.nan_total} in total)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        if self.nan_streak >= self.cfg.max_nan_updates:
+            raise NonFiniteLossError(
+                f"{self.nan_streak} consecutive train steps had a NaN/inf loss or weights (none applied); "
+                "stopping. Try a lower --lr."
+            )
+
+    def _train_step(self) -> dict | None:
         cfg, mem = self.cfg, self.memory
         snd_batch = {}
         if cfg.uses_snd and mem.num_states >= cfg.memory_warmup_size:
@@ -471,27 +540,9 @@ class DQNTrainer:
         return losses
 
     def _learn(self, batch: dict) -> dict:
-        out = self.learner.learn(
+        return self.learner.learn(
             batch["obs"], batch["actions"], batch["rewards"], batch["terminals"], batch["next_obs"]
         )
-        if np.isfinite(out["q"]):
-            self.nan_streak = 0
-        else:
-            self.nan_streak += 1
-            self.nan_total += 1
-            warnings.warn(
-                f"train step {self.train_count + 1}: non-finite Q loss, update skipped "
-                f"({self.nan_streak} in a row, {self.nan_total} in total)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            if self.nan_streak >= self.cfg.max_nan_updates:
-                where = self.last_checkpoint or "none was written yet"
-                raise NonFiniteLossError(
-                    f"{self.nan_streak} consecutive train steps had a NaN/inf loss; stopping. "
-                    f"Last good checkpoint: {where}. Try a lower --lr."
-                )
-        return out
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict:
@@ -559,6 +610,7 @@ class DQNTrainer:
                 self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snd-update")
             else:
                 threads.enter_context(cpu.threads(self._threads()))
+            self.keep_good_state()
             self._env = self.spec.env_factory(cfg, None)()
             obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)
             self.memory.start_episode(obs[-1])
@@ -624,6 +676,7 @@ class DQNTrainer:
                     lg.scalar("perf/cpu_ms_per_train_step", 1000 * (cpu_now - cpu_log) / max(step - train_log, 1), step)
                     t_log, cpu_log, env_log, train_log = now, cpu_now, self.env_steps, step
                     lg.flush()
+                    self.keep_good_state()
                 if cfg.eval_interval and step % cfg.eval_interval == 0:
                     self.last_eval = self.evaluate()
                     lg.scalars("eval", self.last_eval, step)
@@ -639,6 +692,8 @@ class DQNTrainer:
             if self.saved_at != self.train_count or not self.last_checkpoint:
                 self.save()
             lg.hparams({k: v for k, v in cfg.to_dict().items()}, ["episode/return", "eval/return"])
+        except Exception as e:  # an env fault, an I/O error, a run of non-finite steps: keep what was learned
+            raise self._stopped_by(e) from e
         finally:
             bar.close()
             for s, h in old_handlers.items():
@@ -657,6 +712,24 @@ class DQNTrainer:
             result["eval"] = self.last_eval
         return result
 
+    def _stopped_by(self, error: Exception) -> Exception:
+        """Save the current state (finite: a non-finite step never stays applied) after ``error``; the
+        exception to raise instead, naming the file."""
+        what = f"{type(error).__name__}: {error}"
+        try:
+            path = self.save()
+        except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error
+            why = f"{type(e).__name__}: {e}"
+            if isinstance(error, NonFiniteLossError):
+                return NonFiniteLossError(f"{error} No good state could be saved: {why}")
+            return RunStoppedError(f"{what}\n\nThe state at train step {self.train_count} could not be saved: {why}")
+        if isinstance(error, NonFiniteLossError):
+            return NonFiniteLossError(f"{error} Last good checkpoint: {path} (train step {self.train_count}).")
+        return RunStoppedError(
+            f"{what}\n\nThe state at train step {self.train_count} was saved to {path}; continue with --resume {path}",
+            path,
+        )
+
     def close(self):
         if self._side is not None:
             self._side.shutdown(wait=True)
@@ -670,11 +743,8 @@ class DQNTrainer:
 
 
 def run(spec: GameSpec, argv=None) -> dict:
-    """Entry point used by a game's DQN train.py: parse flags, print the config, train."""
-    cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
-    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
-    try:
-        trainer = DQNTrainer(spec, cfg)
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
-    return trainer.train()
+    """Entry point used by a game's DQN train.py: ``common.launch.run`` with this trainer (the same
+    exit statuses as the PPO games: 1 on an error, 2 on a bad flag, 130 / 143 after SIGINT / SIGTERM)."""
+    from common.launch import run as launch
+
+    return launch(spec, argv, DQNTrainer)

@@ -20,19 +20,24 @@ from common.game import GameSpec
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-def run(spec: GameSpec, argv=None) -> dict:
+def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
     """Entry point used by each game's train.py: parse flags, print the config, train.
 
-    Exits with a message (status 1) when the run stops on an error, and with 130 / 143
-    after SIGINT / SIGTERM (the checkpoint is saved first), so scripts can tell.
+    ``trainer_cls(spec, cfg)`` builds the trainer (default: PPO's ``common.trainer.Trainer``; the
+    DQN games pass ``common.dqn_trainer.DQNTrainer``). Exits with a message (status 1) when the
+    run stops on an error, and with 130 / 143 after SIGINT / SIGTERM (the checkpoint is saved
+    first), so scripts can tell.
     """
     from common.checkpoint import CheckpointError
-    from common.trainer import NonFiniteLossError, RunStoppedError, Trainer
+    from common.errors import NonFiniteLossError, RunStoppedError
+
+    if trainer_cls is None:
+        from common.trainer import Trainer as trainer_cls
 
     cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
     print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     try:
-        trainer = Trainer(spec, cfg)
+        trainer = trainer_cls(spec, cfg)
     except UnusablePathError as e:  # a flag's value: reported as argparse reports bad flags
         print(f"{os.path.basename(sys.argv[0]) or spec.name}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

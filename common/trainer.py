@@ -33,6 +33,7 @@ from tqdm import tqdm
 from common.config import TrainConfig, check_writable, make_folder
 from common.device import require_paddle, set_device
 from common.distributed import SilentLogger, World
+from common.errors import NonFiniteLossError, RunStoppedError  # noqa: F401 (re-exported)
 from common.game import GameSpec
 
 paddle = require_paddle()
@@ -73,19 +74,6 @@ CHECKPOINT_KEYS = (
     "rng",
     "obs_norm_ready",
 )
-
-
-class NonFiniteLossError(RuntimeError):
-    """Raised after ``max_nan_updates`` consecutive updates with a NaN/inf loss or weights."""
-
-
-class RunStoppedError(RuntimeError):
-    """The run stopped on an error; ``checkpoint`` holds the state of the last completed update
-    (empty when even that could not be written). The original error is ``__cause__``."""
-
-    def __init__(self, message: str, checkpoint: str = ""):
-        super().__init__(message)
-        self.checkpoint = checkpoint
 
 
 class Trainer:

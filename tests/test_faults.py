@@ -106,12 +106,13 @@ ENTRY_POINTS = [
     ("mario/play.py", "mario", ["--checkpoint"]),
     ("montezuma/play.py", "montezuma", ["--checkpoint"]),
     ("gridworld/play.py", "gridworld", ["--checkpoint"]),
+    ("pong/train.py", "pong", ["--resume"]),
 ]
 
 
 @fault(
     "a crafted .pdparams whose unpickling runs a shell command, given to every entry point that loads a "
-    "file (--resume of the three train.py, --checkpoint of the three play.py)",
+    "file (--resume of the four train.py, Pong's DQN included; --checkpoint of the three play.py)",
     "refuses it before anything in it runs: 'refusing to load ...: it asks to load posix.system', exit 1",
     "nothing runs; no run folder is created",
 )
@@ -245,6 +246,121 @@ def test_a_rolled_back_update_leaves_the_state_exactly_as_before(tmp_path):
     assert len(opt_after) == len(opt_before)
     for a, b in zip(opt_before.values(), opt_after.values()):
         np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------- the DQN trainer (Pong)
+def pong_cfg(tmp_path, **kw):
+    from pong.train import PongConfig
+
+    base = dict(
+        agent="snd",
+        memory_capacity=300,
+        memory_warmup_size=100,
+        batch_size=8,
+        max_points=1,
+        eval_interval=0,
+        log_interval=10,
+        save_interval=0,
+        train_steps=40,
+        num_threads=1,
+        log_path=str(tmp_path),
+        run_name="p",
+    )
+    base.update(kw)
+    return PongConfig(**base)
+
+
+@fault(
+    "Pong's DQN: train steps that leave a weight NaN (injected right after real optimizer steps, 3 in a row)",
+    "each bad step is taken back (Q and target networks, optimizers, SND networks restored to the last finite "
+    "state, kept every --log-interval steps); after --max-nan-updates in a row the run stops with an error naming "
+    "the last good checkpoint, exit 1",
+    "a finite checkpoint of the last good state; no non-finite checkpoint is ever written",
+)
+def test_dqn_nonfinite_steps_are_taken_back_and_never_saved(tmp_path):
+    from common.dqn_trainer import DQNTrainer
+    from pong.train import SPEC as PONG
+
+    t = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=1000))
+    learn, calls = t.learner.learn, [0]
+
+    def learn_then_break_a_weight(*args):
+        out = learn(*args)
+        calls[0] += 1
+        if calls[0] >= 25:  # steps 25, 26, 27: a weight goes NaN after the real step
+            w = t.learner.q_net.parameters()[0]
+            w.set_value(np.full(w.shape, np.nan, np.float32))
+        return out
+
+    t.learner.learn = learn_then_break_a_weight
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(NonFiniteLossError, match=r"3 consecutive train steps.*Last good checkpoint: (\S+)") as err:
+            t.train()
+    path = str(err.value).split("Last good checkpoint: ")[1].split(" (train step")[0]
+    state = load_checkpoint(path)
+    assert not nonfinite_tensors(state) and state["nan_total"] == 3
+    assert state["learner"]["train_count"] == 20  # the last state kept (every 10 steps) before step 25
+    assert all(not nonfinite_tensors(load_checkpoint(p)) for p in checkpoints(tmp_path))
+
+
+@fault(
+    "Pong's DQN: the environment raises an error (OSError) in the middle of training",
+    "the run saves and stops with an error naming the file and how to --resume, exit 1",
+    "the state at the last train step (networks, optimizers, SND, replay memory)",
+)
+def test_dqn_env_fault_saves_the_state_and_names_the_file(tmp_path):
+    import dataclasses
+
+    from common.dqn_trainer import DQNTrainer
+    from pong.train import SPEC as PONG
+
+    def breaking_env_factory(cfg, record_path=None):
+        make = PONG.env_factory(cfg, record_path)
+
+        def build():
+            env, steps = make(), [0]
+            step = env.step
+
+            def step_or_fail(action):
+                steps[0] += 1
+                if steps[0] > 130:
+                    raise OSError("the emulator's ROM went away")
+                return step(action)
+
+            env.step = step_or_fail
+            return env
+
+        return build
+
+    t = DQNTrainer(dataclasses.replace(PONG, env_factory=breaking_env_factory), pong_cfg(tmp_path))
+    with pytest.raises(RunStoppedError, match="OSError: the emulator's ROM went away") as err:
+        t.train()
+    assert os.path.exists(err.value.checkpoint) and f"--resume {err.value.checkpoint}" in str(err.value)
+    state = load_checkpoint(err.value.checkpoint)
+    assert state["env_steps"] == 130 and state["learner"]["train_count"] == 31 and state["replay"] is not None
+
+
+@fault(
+    "Pong's DQN: a checkpoint without its 'rng' entry, or an unwritable --log-path",
+    "CheckpointError naming the file and the missing entry; the path as a flag error ('--log-path ... is "
+    "unusable'), exit 2",
+    "no run folder is created",
+)
+def test_dqn_incomplete_checkpoint_and_bad_log_path(tmp_path):
+    from common.dqn_trainer import DQNTrainer
+    from pong.train import SPEC as PONG
+
+    res = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=5)).train()
+    state = load_checkpoint(res["checkpoint"])
+    path = str(tmp_path / "no_rng.pdparams")
+    paddle.save({k: v for k, v in state.items() if k != "rng"}, path)
+    with pytest.raises(CheckpointError, match="incomplete: it has no 'rng'"):
+        DQNTrainer(PONG, pong_cfg(tmp_path / "x", resume=path))
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "file").write_text("not a folder")
+    out = script("pong/train.py", "--log-path", str(tmp_path / "file" / "runs"))
+    assert out.returncode == 2 and "--log-path" in out.stderr and "unusable" in out.stderr, out.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------- workers
