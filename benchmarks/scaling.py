@@ -281,8 +281,9 @@ def report(res: dict, args) -> None:
         )
         print(
             f"all-reduce share of a 2-rank update: {two['transfer_seconds'] / two['update_seconds']:.1%} transfer "
-            f"({two['transfer_seconds']:.3f} of {two['update_seconds']:.2f} s: {two['minibatches']} all-reduces of "
-            f"{one['params']:,} policy + {one['predictor_params']:,} predictor gradients); time inside the policy's "
+            f"({two['transfer_seconds']:.3f} of {two['update_seconds']:.2f} s: {two['minibatches']} minibatches, each "
+            f"all-reducing {one['params']:,} policy and {one['predictor_params']:,} predictor gradients); "
+            "time inside the policy's "
             f"all-reduces, waiting for the slower rank included: {two['policy_sync_seconds']:.3f} s "
             f"({two['policy_sync_seconds'] / two['update_seconds']:.1%})"
         )
@@ -351,7 +352,10 @@ def main(argv=None):
     if args.report_only:
         with open(args.report_only) as f:
             res = json.load(f)
-        res.pop("args", None)
+        saved = res.pop("args", {})  # the settings of the measured run, not this machine's defaults
+        for key, value in saved.items():
+            if key not in ("report_only", "json"):
+                setattr(args, key, value)
         res["ranks"] = {int(k): v for k, v in res.get("ranks", {}).items()}
         return report(res, args)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared: see the ratios)")

@@ -87,9 +87,20 @@ def nonfinite_tensors(state, prefix: str = "") -> list[str]:
 
 
 def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    """The process umask, read without setting it (``os.umask`` can only swap it, a race with threads
+    that create files meanwhile): Linux's /proc, else the value seen when this module was imported."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return _UMASK_AT_IMPORT
+
+
+_UMASK_AT_IMPORT = os.umask(0o022)
+os.umask(_UMASK_AT_IMPORT)
 
 
 def save_checkpoint(path: str, state: dict) -> str:

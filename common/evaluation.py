@@ -69,13 +69,15 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         from common.device import require_paddle, set_device
         from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
-        paddle = require_paddle()
+        require_paddle()
         # Paddle's import installs C handlers that print "FatalError: Termination signal" on SIGTERM
         # (how the trainer cancels an eval on Ctrl-C) and react to the terminal's SIGINT: ours instead.
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        paddle.base.core.set_num_threads(1)
+        from common import cpu
+
+        cpu.set_math_threads(1)
         # Background work: the training loop comes first, the eval uses what it leaves idle.
         # Measured on 2 cores (docs/performance.md): end to end unchanged, the loop's own phases
         # no longer slowed by the eval (collection 185 -> 250 steps/s while an eval runs).

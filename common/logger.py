@@ -116,13 +116,15 @@ class Logger:
         values = np.asarray(values, dtype=np.float64).ravel()
         values = values[np.isfinite(values)]
         if values.size:
-            self.writer.add_histogram(tag=tag, values=values, step=int(step), buckets=buckets)
+            with self._writing(self.run_dir):
+                self.writer.add_histogram(tag=tag, values=values, step=int(step), buckets=buckets)
 
     def image(self, tag: str, img: np.ndarray, step: int) -> None:
         """``img`` uint8[H, W, 3] (or [H, W] gray)."""
         if img.ndim == 2:
             img = np.repeat(img[:, :, None], 3, axis=2)
-        self.writer.add_image(tag=tag, img=img, step=int(step), dataformats="HWC")
+        with self._writing(self.run_dir):
+            self.writer.add_image(tag=tag, img=img, step=int(step), dataformats="HWC")
 
     def embeddings(self, tag: str, mat: np.ndarray, metadata: list, header: list | None = None) -> None:
         """``mat`` float[B, D]; ``metadata`` one row per sample (a list of str, one per ``header``
@@ -142,9 +144,11 @@ class Logger:
             columns = [list(c) for c in zip(*rows)]
             if len(columns) != len(header):
                 raise ValueError(f"embeddings {tag!r}: header {header} but {len(columns)} metadata columns")
-            self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=columns, metadata_header=list(header))
+            with self._writing(self.run_dir):
+                self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=columns, metadata_header=list(header))
         else:
-            self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=[r[0] for r in rows])
+            with self._writing(self.run_dir):
+                self.writer.add_embeddings(tag=tag, mat=mat.tolist(), metadata=[r[0] for r in rows])
 
     def hparams(self, hparams: dict, metrics: list) -> None:
         # VisualDL's protobuf rejects bools as ints: record them as strings.
@@ -153,7 +157,8 @@ class Logger:
             for k, v in hparams.items()
             if isinstance(v, (int, float, str, bool))
         }
-        self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
+        with self._writing(self.run_dir):
+            self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
 
     def flush(self) -> None:
         with self._writing(self.run_dir):

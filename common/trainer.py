@@ -137,6 +137,10 @@ class Trainer:
         self._side = None  # thread for the intrinsic module's update step (see learn)
         if cfg.resume:
             self.load(cfg.resume)
+            # the updates still to do, at this run's steps per update: the same count on the same world size,
+            # the right one after --allow-world-size-change (the counters are the old run's)
+            left = max(0, cfg.num_global_steps - self.global_step) // self.steps_per_update
+            self.num_updates = self.update + left
         self.world.attach(self)  # a data-parallel replica (common.distributed); nothing in one process
         if self.world.is_main:
             make_folder(

@@ -212,8 +212,9 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
     cfg.update(log_path=str(tmp_path / "one"))
     with pytest.raises(CheckpointError, match="written by a run of 2 data-parallel ranks; this run has 1"):
         Trainer(SPEC, GridConfig(**cfg))
-    trainer = Trainer(SPEC, GridConfig(**cfg, allow_world_size_change=True))
-    assert trainer.update == 3
+    trainer = Trainer(SPEC, GridConfig(**cfg, allow_world_size_change=True, num_global_steps=512))
+    # 384 of 512 steps done; one rank steps 64 per update: 2 updates left, not 512 // 64 - 3 = 5
+    assert trainer.update == 3 and trainer.num_updates == 5
     trainer.close()
 
 
@@ -257,8 +258,39 @@ def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
     envs = {"rounds": rounds, "ray_start_seconds": 7.8, "subproc_start_seconds": 8.2, "ray_start_seconds_actors": 6.3}
     envs["policy_seconds_per_sample"] = 3.4e-4
     saved = tmp_path / "scaling.json"
-    saved.write_text(json.dumps({"envs": envs, "ranks": ranks}))
+    settings = {"workers": 4, "envs": 32, "rank_envs": 8, "report_only": "", "json": "x.json"}  # measured on 4 workers
+    saved.write_text(json.dumps({"envs": envs, "ranks": ranks, "args": settings}))
     scaling.main(["--report-only", str(saved)])
     out = capsys.readouterr().out
+    assert "one core steps 400 envs/s" in out  # 1,600 steps/s over the run's 4 workers, not this machine's cores
     assert "Ray / subprocess 0.87" in out and "2 ranks 204 (x1.41" in out and "4.6% transfer" in out
     assert [line.split()[0] for line in out.splitlines() if line.strip()[:1].isdigit()] == ["8", "64", "1024"]
+
+
+@pytest.mark.slow
+def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
+    """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: the README's command, twice (the
+    second resumes the first's checkpoint on the same world size and carries on to the new budget)."""
+    from common.checkpoint import load_checkpoint
+
+    flags = ["--world", "1", "--stage", "1", "--num-processes", "1", "--num-workers", "-1", "--num-local-steps"]
+    flags += ["8", "--batch-size", "2", "--num-epochs", "1", "--obs-norm-steps", "1", "--eval-interval", "0"]
+    flags += ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0", "--save-interval"]
+    flags += ["1", "--log-path", str(tmp_path / "runs")]
+
+    def mario(run_name, steps, *extra):
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir"]
+        cmd += [str(tmp_path / f"launch_{run_name}"), os.path.join(ROOT, "mario", "train.py"), *flags]
+        cmd += ["--num-global-steps", str(steps), "--run-name", run_name, *extra]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+        logs = "".join((tmp_path / f"launch_{run_name}" / f"workerlog.{r}").read_text() for r in (0, 1))
+        assert res.returncode == 0, res.stdout[-2000:] + logs[-4000:]
+        return tmp_path / "runs" / run_name / "models"
+
+    models = mario("a", 32)  # 2 updates of 2 ranks x 1 env x 8 steps
+    state = load_checkpoint(str(models / "mario_1_1_2.pdparams"))
+    assert state["world_size"] == 2 and state["global_step"] == 32 and state["update"] == 2
+    resumed = mario("b", 64, "--resume", str(models / "mario_1_1_2.pdparams"))
+    state = load_checkpoint(str(resumed / "mario_1_1_4.pdparams"))
+    assert state["world_size"] == 2 and state["global_step"] == 64 and state["update"] == 4

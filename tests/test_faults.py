@@ -130,6 +130,11 @@ def test_malicious_checkpoint_is_refused_by_every_entry_point(entry, game, flag,
     assert not (tmp_path / "runs").exists()
 
 
+@fault(
+    "a checkpoint shared as plain paddle.save files (the tutorial's format), read by the safe loader",
+    "loads it: the same nested values as paddle.load, tensors as Paddle tensors",
+    "the file stays loadable by paddle.load elsewhere",
+)
 def test_safe_loader_reads_what_paddle_load_reads(tmp_path):
     """Checkpoints stay plain paddle.save files: the safe loader returns what paddle.load returns."""
     t = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=16))
@@ -500,6 +505,11 @@ def test_full_disk_names_the_file_and_the_flag(tiny_disk):
     assert "losses/total" in metrics
 
 
+@fault(
+    "metrics.jsonl cut in the middle of its last line (a full disk, a killed run), read by the notebooks",
+    "common.logger.read_metrics skips that line with a warning naming it; a broken line elsewhere is an error",
+    "every complete line",
+)
 def test_read_metrics_skips_only_a_truncated_last_line(tmp_path):
     good = '{"tag": "a", "step": 1, "value": 2.0}\n'
     (tmp_path / "metrics.jsonl").write_text(good * 3 + '{"tag": "a", "ste')
@@ -608,6 +618,12 @@ def test_alias_errors_name_the_alias():
     assert res.returncode == 2 and "--num-envs 0 is invalid" in res.stderr, res.stderr
 
 
+@fault(
+    "the envs of a replaced worker, as the trainer sees them",
+    "each ends its episode at once (done, reward 0, the old episode not counted) and starts afresh; the "
+    "pipelined half-groups keep their order",
+    "-",
+)
 def test_vec_env_restart_keeps_the_contract(tmp_path, monkeypatch):
     """A restarted worker's envs: fresh first frames, reward 0, done, no fake episode; pipelined groups too."""
     import functools
@@ -636,3 +652,11 @@ def test_vec_env_restart_keeps_the_contract(tmp_path, monkeypatch):
             assert all("worker_restart" in i and "episode" not in i and "final_observation" not in i for i in infos)
         obs, rew, done, infos = venv.step([2, 2, 2, 2])  # and it steps on
         assert obs.shape == (4, 3, 7, 7)
+
+
+def test_reliability_page_lists_every_fault():
+    """docs/reliability.md is generated from this suite (benchmarks/reliability.py): each fault has its row."""
+    page = open(os.path.join(ROOT, "docs", "reliability.md"), encoding="utf-8").read()
+    missing = [name for name in FAULTS if f"(`{name}`)" not in page]
+    assert not missing, f"docs/reliability.md lacks {missing}: run python benchmarks/reliability.py"
+    assert "FAILED" not in page and "not run" not in page

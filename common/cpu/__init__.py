@@ -14,6 +14,7 @@ uses only the names below; how they are fast is this package's business:
   collecting (``native``: numpy + oneDNN primitives; ``onednn``/``onednn-bf16``: a Paddle
   Inference predictor; ``dygraph``: none), or None with the reason.
 * ``tune_allocator()``: keep freed tensor memory in the process (glibc).
+* ``set_math_threads(n)``: the threads Paddle's own CPU math kernels may use.
 * ``available()``: whether the oneDNN fast paths run on this Paddle.
 
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
@@ -34,7 +35,16 @@ from common.cpu.allocator import tune_host_allocator as tune_allocator
 from common.cpu.fused import run_layer as run
 from common.cpu.fused import set_num_shards, standardize, unit_floats
 
-__all__ = ["available", "collection_engine", "run", "standardize", "threads", "tune_allocator", "unit_floats"]
+__all__ = [
+    "available",
+    "collection_engine",
+    "run",
+    "set_math_threads",
+    "standardize",
+    "threads",
+    "tune_allocator",
+    "unit_floats",
+]
 
 ENGINES = ("native", "onednn", "onednn-bf16", "dygraph")
 
@@ -42,6 +52,14 @@ ENGINES = ("native", "onednn", "onednn-bf16", "dygraph")
 def available() -> bool:
     """True when oneDNN loads from Paddle's wheel and passes its self-check."""
     return onednn.available()
+
+
+def set_math_threads(n: int) -> None:
+    """Let Paddle's own CPU math kernels (MKL, OpenMP) use ``n`` threads (a no-op where Paddle lacks the call)."""
+    import paddle
+
+    with contextlib.suppress(AttributeError):
+        paddle.base.core.set_num_threads(int(n))
 
 
 @contextlib.contextmanager
