@@ -33,7 +33,8 @@ def new_figure(width_px: int, height_px: int, dpi: int = 100):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi)
+    # + 0.01 px: 460 / 100 * 100 is 459.99999999999994 in floats, which matplotlib < 3.11 truncates to 459
+    fig = Figure(figsize=((width_px + 0.01) / dpi, (height_px + 0.01) / dpi), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
