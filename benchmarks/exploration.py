@@ -117,6 +117,9 @@ HALF = 0.5  # the success rate of "frames to 50 %"
 BOOTSTRAP = 10_000
 START, END = "<!-- exploration-table:start -->", "<!-- exploration-table:end -->"
 RESULTS = os.path.join(ROOT, "docs", "results", "exploration")
+#: benchmarks/intrinsic_cost.py: the methods it times and where its result goes (the report shows it)
+COST_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "snd-v-fulltarget")
+COST_RESULT = os.path.join(ROOT, "docs", "results", "intrinsic_cost.json")
 
 #: --quick: the whole pipeline at CI size
 QUICK_PLAN = (("doorkey5", ("none", "rnd"), 1),)
@@ -177,7 +180,7 @@ def windowed_success(steps, succ, at, window):
     return np.asarray(out)
 
 
-def summarize_run(run_dir, task, method, seed, frames, seconds, argv) -> dict:
+def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=None) -> dict:
     """The small JSON a finished run leaves in the results folder (everything the report needs)."""
     m = read_metrics(run_dir)
     steps, succ = m.get("episode/success", (np.zeros(0), np.zeros(0)))
@@ -222,7 +225,7 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv) -> dict:
             "value": [round(float(raw[i]), 5) for i in raw_pick],
         },
         "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
-        "code_commit": code_commit(),
+        "code_commit": commit or code_commit(),  # the checkout's commit when the run started
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
@@ -268,11 +271,11 @@ def run_suite(todo, out, results, jobs):
                 shutil.rmtree(os.path.join(out, name))
             log = open(os.path.join(out, name + ".log"), "w")
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            running.append(((task, method, seed, frames), argv, proc, log, time.time()))
+            running.append(((task, method, seed, frames), argv, proc, log, time.time(), code_commit()))
             print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)", flush=True)
         time.sleep(2)
         for item in list(running):
-            (task, method, seed, frames), argv, proc, log, t0 = item
+            (task, method, seed, frames), argv, proc, log, t0, commit = item
             if proc.poll() is None:
                 continue
             running.remove(item)
@@ -280,7 +283,7 @@ def run_suite(todo, out, results, jobs):
             secs = time.time() - t0
             name = run_name(task, method, seed)
             if proc.returncode == 0:
-                summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv)
+                summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv, commit)
                 write_json_atomic(summary_path(results, task, method, seed), summary)
                 note = f"success at budget {summary['success_at_budget']:.2f}"
             else:
@@ -336,6 +339,31 @@ def frames_to_half(summary) -> int | None:
 
 def _fmt_frames(x):
     return "-" if x is None else f"{x / 1000:.0f}k"
+
+
+def cost_markdown(result) -> list[str]:
+    """The cost table (the result of benchmarks/intrinsic_cost.py) as docs/exploration.md shows it."""
+    per = result["cpu_ms_per_frame"]
+    lines = [
+        f"Cost per frame on {result['task']} (`python benchmarks/intrinsic_cost.py`, "
+        f"{result['rounds']} rounds, CPU time of {result['updates'][1]} minus {result['updates'][0]} updates, "
+        f"measured {result['measured']}):",
+        "",
+        "| method | CPU ms per frame, per round | × RND (median of the rounds' ratios) |",
+        "|---|---|---|",
+    ]
+    for m in COST_METHODS:
+        if m in per:
+            ratio = result["ratio_to_rnd"].get(m)
+            lines.append(
+                f"| {METHODS[m][0]} | {', '.join(f'{x:.3f}' for x in per[m])} | "
+                f"{'' if ratio is None else f'{ratio:.2f}'} |"
+            )
+    snd = {m: r for m, r in result["ratio_to_rnd"].items() if m in ("snd-v", "snd-std", "snd-vic")}
+    if snd:
+        verdict = "; ".join(f"{METHODS[m][0]} {r:.2f} ({'yes' if r <= 1.5 else 'no'})" for m, r in snd.items())
+        lines += ["", f"Goal, each SND variant at or below 1.5 × RND's cost per frame: {verdict}."]
+    return lines
 
 
 def goals(summaries, tasks) -> list[str]:
@@ -451,6 +479,9 @@ def markdown(summaries, plan) -> str:
                 lines.append(f"| {METHODS[m][0]} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
             lines.append("")
     lines += goals(summaries, tasks)
+    if os.path.exists(COST_RESULT):
+        with open(COST_RESULT, encoding="utf-8") as f:
+            lines += cost_markdown(json.load(f)) + [""]
     lines.append(END)
     return "\n".join(lines)
 

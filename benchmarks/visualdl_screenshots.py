@@ -700,7 +700,9 @@ DOCS_FLAGS = [
     "--eval-interval",
     "1",
     "--video-interval",
-    "0",
+    "10",  # the greedy episode's intrinsic reward (eval/intrinsic_along_episode) at updates 10 and 20
+    "--picture-interval",
+    "10",  # where the agent has been (explore/intrinsic_by_x)
     "--max-eval-steps",
     "400",
     "--histogram-interval",
