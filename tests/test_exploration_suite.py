@@ -71,3 +71,17 @@ def test_plan_order_and_budgets():
         assert len(cells[(task, "none")]) == len(cells[(task, "rnd")]) == 5
         assert all(len(cells[(task, m)]) >= 3 for m in ("snd-v", "snd-std", "snd-vic"))
     assert len(runs) == len(set((t, m, s) for t, m, s, _ in runs))
+
+
+@pytest.mark.slow
+def test_intrinsic_cost_benchmark_measures_and_reports(tmp_path):
+    """benchmarks/intrinsic_cost.py --quick: real runs of RND and SND-V, CPU ms per frame, the report's table."""
+    result = tmp_path / "cost.json"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "intrinsic_cost.py"), "--quick", "--result", str(result)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
+    r = json.loads(result.read_text())
+    assert set(r["cpu_ms_per_frame"]) == {"rnd", "snd-v"} and r["ratio_to_rnd"]["rnd"] == 1.0
+    assert all(0 < v[0] < 100 for v in r["cpu_ms_per_frame"].values())  # one round: one value each
+    assert "| PPO+SND-V |" in out and "Goal, each SND variant at or below 1.5" in out
+    lines = exploration.cost_markdown(r)
+    assert any(line.startswith("| PPO+RND | ") and line.endswith("| 1.00 |") for line in lines)
