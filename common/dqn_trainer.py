@@ -53,7 +53,7 @@ import numpy as np
 
 from common.config import UnusablePathError, arg, check_writable, make_folder
 from common.device import require_paddle, set_device
-from common.errors import NonFiniteLossError, RunStoppedError
+from common.errors import NonFiniteLossError, stopped_by
 from common.game import GameSpec
 
 paddle = require_paddle()
@@ -715,20 +715,7 @@ class DQNTrainer:
     def _stopped_by(self, error: Exception) -> Exception:
         """Save the current state (finite: a non-finite step never stays applied) after ``error``; the
         exception to raise instead, naming the file."""
-        what = f"{type(error).__name__}: {error}"
-        try:
-            path = self.save()
-        except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error
-            why = f"{type(e).__name__}: {e}"
-            if isinstance(error, NonFiniteLossError):
-                return NonFiniteLossError(f"{error} No good state could be saved: {why}")
-            return RunStoppedError(f"{what}\n\nThe state at train step {self.train_count} could not be saved: {why}")
-        if isinstance(error, NonFiniteLossError):
-            return NonFiniteLossError(f"{error} Last good checkpoint: {path} (train step {self.train_count}).")
-        return RunStoppedError(
-            f"{what}\n\nThe state at train step {self.train_count} was saved to {path}; continue with --resume {path}",
-            path,
-        )
+        return stopped_by(error, self.save, f"train step {self.train_count}")
 
     def close(self):
         if self._side is not None:

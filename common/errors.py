@@ -14,3 +14,26 @@ class RunStoppedError(RuntimeError):
     def __init__(self, message: str, checkpoint: str = ""):
         super().__init__(message)
         self.checkpoint = checkpoint
+
+
+def stopped_by(error: Exception, save, progress: str) -> Exception:
+    """What a trainer raises instead of ``error`` after saving its state with ``save() -> path``.
+
+    ``progress`` names the saved state in the message (``"update 3"``, ``"train step 31"``). A
+    ``NonFiniteLossError`` stays one, with the last good checkpoint appended; anything else becomes a
+    ``RunStoppedError`` naming the file and how to ``--resume`` it. When even saving fails (a full
+    disk), both errors are told and no file is named.
+    """
+    what = f"{type(error).__name__}: {error}"
+    try:
+        path = save()
+    except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error
+        why = f"{type(e).__name__}: {e}"
+        if isinstance(error, NonFiniteLossError):
+            return NonFiniteLossError(f"{error} No good state could be saved: {why}")
+        return RunStoppedError(f"{what}\n\nThe state of {progress} could not be saved either: {why}")
+    if isinstance(error, NonFiniteLossError):
+        return NonFiniteLossError(f"{error} Last good checkpoint: {path} ({progress}).")
+    return RunStoppedError(
+        f"{what}\n\nThe state of {progress} was saved to {path}; continue with --resume {path}", path
+    )

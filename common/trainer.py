@@ -33,7 +33,7 @@ from tqdm import tqdm
 from common.config import TrainConfig, check_writable, make_folder
 from common.device import require_paddle, set_device
 from common.distributed import SilentLogger, World
-from common.errors import NonFiniteLossError, RunStoppedError  # noqa: F401 (re-exported)
+from common.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
 from common.game import GameSpec
 
 paddle = require_paddle()
@@ -541,21 +541,11 @@ class Trainer:
     def _stopped_by(self, error: Exception) -> Exception:
         """Save the state of the last completed update after ``error``; the exception to raise instead,
         naming the file. (Every phase leaves that state intact: an update rolls itself back.)"""
-        what = f"{type(error).__name__}: {error}"
         if not self.world.is_main:
-            return RunStoppedError(f"{what}\n\n(rank {self.world.rank}: rank 0 saves the checkpoints)")
-        try:
-            path = self.save()  # (again, if this update was saved: the counters, e.g. nan_total, moved on)
-        except Exception as e:  # noqa: BLE001 - e.g. the disk is full: say so, keep the first error
-            why = f"{type(e).__name__}: {e}"
-            if isinstance(error, NonFiniteLossError):
-                return NonFiniteLossError(f"{error} No good state could be saved: {why}")
-            return RunStoppedError(f"{what}\n\nThe state of update {self.update} could not be saved either: {why}")
-        if isinstance(error, NonFiniteLossError):
-            return NonFiniteLossError(f"{error} Last good checkpoint: {path} (update {self.update}).")
-        return RunStoppedError(
-            f"{what}\n\nThe state of update {self.update} was saved to {path}; continue with --resume {path}", path
-        )
+            rank = self.world.rank
+            return RunStoppedError(f"{type(error).__name__}: {error}\n\n(rank {rank}: rank 0 saves the checkpoints)")
+        # (saved again if this update was: the counters, e.g. nan_total, moved on)
+        return stopped_by(error, self.save, f"update {self.update}")
 
     def close(self):
         if self._side is not None:
