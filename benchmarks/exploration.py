@@ -240,6 +240,9 @@ def write_json_atomic(path, obj):
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1)
         f.write("\n")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a summary is an ordinary file
     os.replace(tmp, path)
 
 
@@ -397,11 +400,19 @@ def goals(summaries, tasks) -> list[str]:
         rnd = cell(task, "rnd")
         snd = {m: cell(task, m) for m in ("snd-v", "snd-std", "snd-vic") if len(cell(task, m))}
         if len(rnd) and snd:
+
+            def auc(method):
+                return np.mean([s["auc"] for s in summaries[(task, method)]])
+
             parts = [
-                f"{METHODS[m][0]} {v.mean():.2f} (n={len(v)}, {'at or above' if v.mean() >= rnd.mean() else 'below'})"
+                f"{METHODS[m][0]} {v.mean():.2f} (n={len(v)}, {'at or above' if v.mean() >= rnd.mean() else 'below'}; "
+                f"AUC {auc(m):.3f})"
                 for m, v in snd.items()
             ]
-            lines.append(f"* SND vs RND ({rnd.mean():.2f}, n={len(rnd)}) on {TASKS[task][0]}: {'; '.join(parts)}.")
+            lines.append(
+                f"* SND vs RND (success {rnd.mean():.2f}, n={len(rnd)}, AUC {auc('rnd'):.3f}: how early it learned) "
+                f"on {TASKS[task][0]}: {'; '.join(parts)}."
+            )
     for task in tasks:
         ppo = cell(task, "none")
         for m in ("rnd", "snd-v", "snd-std", "snd-vic"):
