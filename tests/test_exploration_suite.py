@@ -85,3 +85,14 @@ def test_intrinsic_cost_benchmark_measures_and_reports(tmp_path):
     assert "| PPO+SND-V |" in out and "Goal, each SND variant at or below 1.5" in out
     lines = exploration.cost_markdown(r)
     assert any(line.startswith("| PPO+RND | ") and line.endswith("| 1.00 |") for line in lines)
+
+
+def test_committed_report_and_readmes_match_the_committed_summaries():
+    """docs/exploration.md's tables and both READMEs' summaries are what --report-only makes of the committed
+    summaries (a summary committed without its report fails here: run benchmarks/exploration.py --report-only)."""
+    summaries = exploration.load_summaries(exploration.RESULTS)
+    doc = open(os.path.join(ROOT, "docs", "exploration.md"), encoding="utf-8").read()
+    assert exploration.markdown(summaries, exploration.PLAN) in doc
+    for name, words in exploration.README_WORDS.items():
+        text = open(os.path.join(ROOT, name), encoding="utf-8").read()
+        assert exploration.readme_table(summaries, exploration.PLAN, words) in text, name
