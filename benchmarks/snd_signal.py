@@ -35,6 +35,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from exploration import code_commit  # noqa: E402  (the checkout's commit, recorded in each summary)
+
 from common.logger import read_metrics  # noqa: E402
 
 MODULES = ("rnd", "snd-v", "snd-std", "snd-vic")
@@ -83,7 +87,7 @@ def command(module, seed, sizes, out):
     return argv
 
 
-def summarize_run(run_dir, module, seed, seconds, argv) -> dict:
+def summarize_run(run_dir, module, seed, seconds, argv, commit="unknown") -> dict:
     m = read_metrics(run_dir)
     steps, raw = m["intrinsic/raw_reward_mean"]
     cv_steps, cv = m.get("intrinsic/raw_reward_cv", (steps, np.full(len(raw), np.nan)))
@@ -107,6 +111,8 @@ def summarize_run(run_dir, module, seed, seconds, argv) -> dict:
         "x_pos_mean": float(xs.mean()) if len(xs) else 0.0,
         "x_pos_max": float(xs.max()) if len(xs) else 0.0,
         "command": [a.replace(root, "") for a in argv[1:]],
+        "code_commit": commit,
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
 
@@ -116,13 +122,13 @@ def run_all(todo, out, results):
         argv = command(module, seed, sizes, out)
         name = run_name(module, seed)
         print(f"[{time.strftime('%H:%M:%S')}] start {name}", flush=True)
-        t0 = time.time()
+        t0, commit = time.time(), code_commit()
         with open(os.path.join(out, name + ".log"), "w") as log:
             rc = subprocess.call(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         if rc != 0:
             print(f"  FAILED (exit {rc}), see {os.path.join(out, name + '.log')}", flush=True)
             continue
-        summary = summarize_run(os.path.join(out, name), module, seed, time.time() - t0, argv)
+        summary = summarize_run(os.path.join(out, name), module, seed, time.time() - t0, argv, commit)
         os.makedirs(results, exist_ok=True)
         with open(os.path.join(results, name + ".json"), "w") as f:
             json.dump(summary, f, indent=1)
