@@ -18,8 +18,10 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
+from common.errors import UsageError
 
-class UnusablePathError(ValueError):
+
+class UnusablePathError(UsageError):
     """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
 
 

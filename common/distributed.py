@@ -103,12 +103,17 @@ class World:
         self._groups: dict = {}
 
     # ------------------------------------------------------------------ who am I
+    @staticmethod
+    def launched_size() -> int:
+        """How many ranks a launcher (``paddle.distributed.launch``) started, without joining them (1: none)."""
+        return _env_int(WORLD_SIZE_VARS, 1)
+
     @classmethod
     def current(cls, device: str = "cpu") -> World:
         """This process's world, initialised once per process (``paddle.distributed.init_parallel_env``
         when a launcher started several ranks; CPU ranks talk over gloo, GPU ranks over NCCL)."""
         if cls._current is None:
-            size = _env_int(WORLD_SIZE_VARS, 1)
+            size = cls.launched_size()
             if size > 1:
                 import paddle.distributed as dist
 

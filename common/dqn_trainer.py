@@ -53,7 +53,7 @@ import numpy as np
 
 from common.config import UnusablePathError, arg, check_writable, make_folder
 from common.device import require_paddle, set_device
-from common.errors import NonFiniteLossError, stopped_by
+from common.errors import NonFiniteLossError, UsageError, stopped_by
 from common.game import GameSpec
 
 paddle = require_paddle()
@@ -319,6 +319,13 @@ class DQNTrainer:
 
     def __init__(self, spec: GameSpec, cfg: DQNConfig):
         cfg.validate()
+        from common.distributed import World
+
+        if World.launched_size() > 1:  # N copies would all write the same run folder
+            raise UsageError(
+                f"{spec.name}'s DQN trainer runs in one process; paddle.distributed.launch started "
+                f"{World.launched_size()} ranks (data-parallel training is for the PPO games)"
+            )
         self.spec, self.cfg = spec, cfg
         set_device(cfg.device)
         paddle.seed(cfg.seed)

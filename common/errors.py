@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+class UsageError(ValueError):
+    """The command line asks for something this run cannot do; reported like a bad flag (exit 2)."""
+
+
 class NonFiniteLossError(RuntimeError):
     """Raised after ``max_nan_updates`` consecutive updates (or train steps) with a NaN/inf loss or weights."""
 

@@ -13,7 +13,8 @@ import os
 import signal
 import sys
 
-from common.config import UnusablePathError, parse_config
+from common.config import parse_config
+from common.errors import UsageError
 from common.game import GameSpec
 
 #: exit status of a run stopped by a signal (the shell's 128 + signal number)
@@ -38,7 +39,7 @@ def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
     print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     try:
         trainer = trainer_cls(spec, cfg)
-    except UnusablePathError as e:  # a flag's value: reported as argparse reports bad flags
+    except UsageError as e:  # a flag's value (e.g. an unusable --log-path): reported as argparse reports bad flags
         print(f"{os.path.basename(sys.argv[0]) or spec.name}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     except CheckpointError as e:

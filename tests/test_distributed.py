@@ -294,3 +294,13 @@ def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
     resumed = mario("b", 64, "--resume", str(models / "mario_1_1_2.pdparams"))
     state = load_checkpoint(str(resumed / "mario_1_1_4.pdparams"))
     assert state["world_size"] == 2 and state["global_step"] == 64 and state["update"] == 4
+
+
+def test_pong_refuses_to_run_under_the_launcher(tmp_path):
+    """Pong's DQN trainer is one process: started as 2 ranks it says so (exit 2) instead of two copies
+    writing one run folder."""
+    env = {**os.environ, "PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ID": "0"}
+    cmd = [sys.executable, os.path.join(ROOT, "pong", "train.py"), "--log-path", str(tmp_path / "runs")]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "runs in one process" in res.stderr and "2 ranks" in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists()
