@@ -58,6 +58,49 @@ class EvalProcessError(RuntimeError):
     """The evaluation process raised (the message carries its traceback) or died."""
 
 
+def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool, env):
+    """One greedy evaluation episode of ``policy`` with ``weights`` (both evaluation paths play this).
+
+    ``env``: the episode env kept between calls (None: make it); a recorded episode (``record_path``)
+    gets an env of its own, closed after it. ``along`` keeps every RGB screen for the intrinsic-reward
+    picture, else only the few of ``eval/frames``. Returns ``(result, env)``: ``result`` holds
+    ``stacks`` (the observations), ``return``, ``length``, ``info``, ``strip``, ``screens``, ``video``.
+    """
+    from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
+
+    policy.set_state_dict(weights)
+    if record_path:
+        episode_env = spec.env_factory(cfg, record_path)()
+    else:
+        if env is None:
+            env = spec.env_factory(cfg, None)()
+        episode_env = env
+    rgb = []  # RGB screens of the episode: a few for the eval/frames picture, many for "along"
+    try:
+        stacks, ret, steps, info = greedy_episode(
+            policy,
+            episode_env,
+            seed,
+            cfg.max_actions,
+            cfg.max_eval_steps,
+            rgb_frames=rgb,
+            rgb_keep=ALONG_KEEP if along else RGB_KEEP,
+        )
+    finally:
+        if record_path:
+            episode_env.close()
+    result = {
+        "stacks": stacks,
+        "return": ret,
+        "length": steps,
+        "info": info,
+        "strip": frame_strip(stacks, rgb),
+        "screens": rgb if along else None,
+        "video": record_path,
+    }
+    return result, env
+
+
 def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
     """Entry point of the evaluation process: build once, then one greedy episode per request."""
     try:
@@ -67,7 +110,6 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
     env = None
     try:
         from common.device import require_paddle, set_device
-        from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
         require_paddle()
         # Paddle's import installs C handlers that print "FatalError: Termination signal" on SIGTERM
@@ -93,42 +135,9 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
             if msg[0] == "close":
                 break
             _, weights, seed, record_path, along = msg
-            policy.set_state_dict(weights)
-            if record_path:
-                episode_env = spec.env_factory(cfg, record_path)()
-            else:
-                if env is None:
-                    env = spec.env_factory(cfg, None)()
-                episode_env = env
-            rgb, t = [], time.perf_counter()
-            try:
-                stacks, ret, steps, info = greedy_episode(
-                    policy,
-                    episode_env,
-                    seed,
-                    cfg.max_actions,
-                    cfg.max_eval_steps,
-                    rgb_frames=rgb,
-                    rgb_keep=ALONG_KEEP if along else RGB_KEEP,
-                )
-            finally:
-                if record_path:
-                    episode_env.close()
-            conn.send(
-                (
-                    "result",
-                    {
-                        "stacks": stacks,
-                        "return": ret,
-                        "length": steps,
-                        "info": info,
-                        "strip": frame_strip(stacks, rgb),
-                        "screens": rgb if along else None,
-                        "video": record_path,
-                        "seconds": time.perf_counter() - t,
-                    },
-                )
-            )
+            t = time.perf_counter()
+            result, env = play_greedy(spec, cfg, policy, weights, seed, record_path, along, env)
+            conn.send(("result", {**result, "seconds": time.perf_counter() - t}))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the trainer went away
     except BaseException:  # noqa: BLE001 - every failure must reach the trainer
@@ -298,41 +307,12 @@ class Evaluations:
             self._done.append((self._score(result, snapshot), snapshot))
 
     def _play_here(self, snapshot: dict, seed: int, record_path: str | None, along: bool) -> dict:
-        from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
-
-        spec, cfg = self.spec, self.cfg
         if self._policy is None:
-            self._policy = spec.make_policy(cfg, *spec.spaces(cfg))
-        self._policy.set_state_dict(snapshot["policy"])
-        if record_path:
-            env = spec.env_factory(cfg, record_path)()
-        else:
-            if self._env is None:
-                self._env = spec.env_factory(cfg, None)()
-            env = self._env
-        rgb = []  # RGB screens of the episode: a few for the eval/frames picture, many for "along"
-        try:
-            stacks, ret, steps, info = greedy_episode(
-                self._policy,
-                env,
-                seed,
-                cfg.max_actions,
-                cfg.max_eval_steps,
-                rgb_frames=rgb,
-                rgb_keep=ALONG_KEEP if along else RGB_KEEP,
-            )
-        finally:
-            if record_path:
-                env.close()
-        return {
-            "stacks": stacks,
-            "return": ret,
-            "length": steps,
-            "info": info,
-            "strip": frame_strip(stacks, rgb),
-            "screens": rgb if along else None,
-            "video": record_path,
-        }
+            self._policy = self.spec.make_policy(self.cfg, *self.spec.spaces(self.cfg))
+        result, self._env = play_greedy(
+            self.spec, self.cfg, self._policy, snapshot["policy"], seed, record_path, along, self._env
+        )
+        return result
 
     def _score(self, result: dict, snapshot: dict) -> dict:
         """The played episode's intrinsic reward: its sum (``"intrinsic"``) and, where the screens were
