@@ -562,8 +562,11 @@ class DQNTrainer:
             if e == 0 and cfg.video_interval and self.evals % cfg.video_interval == 0:
                 record = os.path.join(self.run_dir, "videos", f"eval_{self.train_count:07d}.mp4")
             env = self.spec.env_factory(cfg, record)() if record else self._get_eval_env()
+            stacks, int_rewards = [], []  # the recorded episode's, for its intrinsic-reward picture
             try:
                 obs = env.reset(seed=cfg.seed + 1_000_003 + 7919 * self.evals + e)
+                if record and cfg.uses_snd:
+                    stacks.append(obs)  # s_0: the picture's frame of step s is stacks[s]
                 ret, length, int_ret = 0.0, 0, 0.0
                 for _ in range(cfg.max_eval_steps):
                     a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, self.rng)
@@ -571,12 +574,18 @@ class DQNTrainer:
                     ret += r
                     length += 1
                     if cfg.uses_snd:
-                        int_ret += float(self.intrinsic.reward(obs[None])[0])
+                        r_int = float(self.intrinsic.reward(obs[None])[0])
+                        int_ret += r_int
+                        if record:
+                            stacks.append(obs)
+                            int_rewards.append(r_int)
                     if done:
                         break
             finally:
                 if record:
                     env.close()
+            if int_rewards:
+                self._log_along_episode(np.stack(stacks), np.asarray(int_rewards, np.float32))
             returns.append(ret)
             lengths.append(length)
             int_returns.append(int_ret)
@@ -584,6 +593,20 @@ class DQNTrainer:
         if cfg.uses_snd:
             out["intrinsic_return"] = float(np.mean(int_returns))
         return out
+
+    def _log_along_episode(self, stacks: np.ndarray, rewards: np.ndarray) -> None:
+        """The recorded eval episode's intrinsic reward step by step, the frames at its highest peaks above
+        (``eval/intrinsic_along_episode``, ``<run>/eval_intrinsic/step_N.png`` and ``.npz``, as the PPO games).
+
+        stacks: uint8[L + 1, C, H, W], the observations s_0 .. s_L; rewards: float32[L], the SND reward of s_1 .. s_L.
+        """
+        from common import pictures
+        from common.logger import EVAL_ALONG, EVAL_ALONG_DIR
+
+        record = pictures.along_episode(rewards, pictures.episode_frames(stacks))
+        title = f"{self.spec.name}, train step {self.train_count}: SND-V intrinsic reward of the eval episode"
+        image = pictures.draw_along_episode(record, title)
+        self.logger.picture(EVAL_ALONG, EVAL_ALONG_DIR, self.train_count, image, record, unit="step")
 
     def _get_eval_env(self):
         if self._eval_env is None:

@@ -126,6 +126,17 @@ class Logger:
         with self._writing(self.run_dir):
             self.writer.add_image(tag=tag, img=img, step=int(step), dataformats="HWC")
 
+    def picture(self, tag: str, folder: str, step: int, image: np.ndarray, data: dict, unit: str = "update") -> None:
+        """Log ``image`` (uint8[H, W, 3]) under ``tag`` at ``step`` and write it with the values it was drawn
+        from (``data``, ``common.pictures.save_record``) to ``<run>/<folder>/<unit>_000010.png`` and ``.npz``."""
+        from common import pictures
+
+        self.image(tag, image, step)
+        stem = os.path.join(self.run_dir, folder, f"{unit}_{step:06d}")
+        with self._writing(stem + ".png"):
+            pictures.save_png(stem + ".png", image)
+            pictures.save_record(stem + ".npz", data)
+
     def embeddings(self, tag: str, mat: np.ndarray, metadata: list, header: list | None = None) -> None:
         """``mat`` float[B, D]; ``metadata`` one row per sample (a list of str, one per ``header``
         column, or a plain str); ``header`` names the columns.
@@ -306,15 +317,7 @@ class RunLog:
         self._picture(f"{EXPLORE}/{self.spec.picture_name}", EXPLORE_DIR, update, image, data)
 
     def _picture(self, tag: str, folder: str, update: int, image: np.ndarray, data: dict) -> None:
-        """Log ``image`` under ``tag`` at ``update`` and write it with ``data`` to
-        ``<run>/<folder>/update_000010.png`` and ``.npz``."""
-        from common import pictures
-
-        self.lg.image(tag, image, update)
-        stem = os.path.join(self.lg.run_dir, folder, f"update_{update:06d}")
-        with self.lg._writing(stem + ".png"):
-            pictures.save_png(stem + ".png", image)
-            pictures.save_record(stem + ".npz", data)
+        self.lg.picture(tag, folder, update, image, data)
 
     def embeddings(self, update: int, buf, meta: dict, features, rng: np.random.Generator) -> None:
         """Target features (``features(uint8 obs) -> float[B, D]``) of up to 256 of the rollout's states,

@@ -451,6 +451,17 @@ def test_tiny_real_pong_run_through_the_entry_point(agent, tmp_path):
         agent == "snd"
     )
     assert os.listdir(tmp_path / agent / "videos")
+    along = sorted((tmp_path / agent / "eval_intrinsic").glob("step_*.npz")) if agent == "snd" else []
+    assert bool(along) == (agent == "snd")  # the recorded eval episode's intrinsic reward, SND only
+    if along:
+        from test_pictures import check_peaks
+
+        from common.pictures import load_record
+
+        rec = load_record(str(along[-1]))
+        assert rec["rewards"].size >= 1 and rec["frames"].shape[1:] == (84, 84, 3)
+        check_peaks(rec["rewards"], rec["peaks"])  # the marked peaks are the episode's highest values
+        assert along[-1].with_suffix(".png").exists()
     state = load_checkpoint(res["checkpoint"])
     assert state["game"] == "pong" and state["agent"] == agent and state["learner"]["train_count"] == steps
 
