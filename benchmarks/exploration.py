@@ -573,14 +573,16 @@ def plot(summaries, plan, path):
             c = np.array([[np.nan if v is None else v for v in s["curve"]["success"]] for s in runs], float)
             c = np.where(np.isnan(c), 0.0, c)  # no episode ended in the window: nothing succeeded there
             style = "--" if method in ("rnd-ungated", "snd-v-fulltarget") else "-"
-            (line,) = ax.plot(x, c.mean(0), style, label=f"{METHODS[method][0]} (n={len(runs)})")
-            ax.fill_between(x, c.min(0), c.max(0), color=line.get_color(), alpha=0.12)
+            color = f"C{list(METHODS).index(method)}"  # one colour per method on every panel
+            ax.plot(x, c.mean(0), style, color=color, label=f"{METHODS[method][0]} (n={len(runs)})")
+            ax.fill_between(x, c.min(0), c.max(0), color=color, alpha=0.12)
         ax.set_title(TASKS[task][0].removeprefix("MiniGrid-").removesuffix("-v0"), fontsize=10)
         ax.set_xlabel("frames")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("training success rate (trailing 10 %)")
-    axes[0][-1].legend(fontsize=6.5, loc="upper left")
+    for ax in axes[0]:
+        ax.legend(fontsize=6.5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
