@@ -51,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from common.config import process_umask  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
@@ -240,9 +241,7 @@ def write_json_atomic(path, obj):
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1)
         f.write("\n")
-    umask = os.umask(0o022)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a summary is an ordinary file
+    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a summary is an ordinary file
     os.replace(tmp, path)
 
 

@@ -30,6 +30,8 @@ import tempfile
 import numpy as np
 import paddle
 
+from common.config import process_umask
+
 FORMAT_VERSION = 1
 
 
@@ -86,23 +88,6 @@ def nonfinite_tensors(state, prefix: str = "") -> list[str]:
     return bad
 
 
-def _umask() -> int:
-    """The process umask, read without setting it (``os.umask`` can only swap it, a race with threads
-    that create files meanwhile): Linux's /proc, else the value seen when this module was imported."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return _UMASK_AT_IMPORT
-
-
-_UMASK_AT_IMPORT = os.umask(0o022)
-os.umask(_UMASK_AT_IMPORT)
-
-
 def save_checkpoint(path: str, state: dict) -> str:
     """Write ``state`` to ``path`` atomically (file mode from the umask); returns ``path``.
 
@@ -121,7 +106,7 @@ def save_checkpoint(path: str, state: dict) -> str:
     os.close(fd)
     try:
         paddle.save({"format": FORMAT_VERSION, **state}, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
+        os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):

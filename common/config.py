@@ -25,6 +25,23 @@ class UnusablePathError(UsageError):
     """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
 
 
+def process_umask() -> int:
+    """The process umask, read without setting it (``os.umask`` can only swap it, a race with threads
+    that create files meanwhile): Linux's /proc, else the value seen when this module was imported."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return _UMASK_AT_IMPORT
+
+
+_UMASK_AT_IMPORT = os.umask(0o022)
+os.umask(_UMASK_AT_IMPORT)
+
+
 def check_writable(folder: str, flag: str) -> None:
     """Raise UnusablePathError unless ``folder`` exists as a writable folder or can be made one."""
     probe = os.path.abspath(folder)

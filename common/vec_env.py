@@ -533,6 +533,16 @@ def _worker_main(
             pass
 
 
+def halves(ranges) -> list[tuple[int, int]]:
+    """Each worker's env range ``(start, stop)`` split in two halves (whole when it holds one env), in
+    order: the pipeline groups of the multi-worker vec envs (subprocess and Ray)."""
+    groups = []
+    for s, e in ranges:
+        mid = s + (e - s + 1) // 2
+        groups += [(s, mid), (mid, e)] if e - s > 1 else [(s, e)]
+    return groups
+
+
 class SubprocVecEnv(VecEnv):
     """Envs in ``num_workers`` processes, each hosting several envs.
 
@@ -823,11 +833,7 @@ class SubprocVecEnv(VecEnv):
         A worker gets the next step of one half while it steps the other, so the caller can
         pick one half's actions without leaving the worker idle (``Trainer.collect``).
         """
-        groups = []
-        for s, e in self._ranges:
-            mid = s + (e - s + 1) // 2
-            groups += [(s, mid), (mid, e)] if e - s > 1 else [(s, e)]
-        return groups
+        return halves(self._ranges)
 
     def reset(self) -> np.ndarray:
         self._guard()

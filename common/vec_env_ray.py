@@ -37,7 +37,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from common.vec_env import THREAD_ENV_VARS, EnvWorkerError, VecEnv, _EnvFailure, _EnvGroup, _failure_message, _split
+from common.vec_env import (
+    THREAD_ENV_VARS,
+    EnvWorkerError,
+    VecEnv,
+    _EnvFailure,
+    _EnvGroup,
+    _failure_message,
+    _split,
+    halves,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -290,11 +299,7 @@ class RayVecEnv(VecEnv):
     @property
     def pipeline_groups(self) -> list[tuple[int, int]]:
         """Each actor's envs in two halves (whole when it hosts one env), in env order."""
-        groups = []
-        for s, e in self._ranges:
-            mid = s + (e - s + 1) // 2
-            groups += [(s, mid), (mid, e)] if e - s > 1 else [(s, e)]
-        return groups
+        return halves(self._ranges)
 
     def reset(self) -> np.ndarray:
         self._guard()
