@@ -92,13 +92,81 @@ def field_meta(cls, name: str) -> dict:
     return meta
 
 
+def need(ok: bool, flag: str, value, accepted: str) -> None:
+    if not ok:
+        raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
 @dataclass
-class TrainConfig:
-    """Settings shared by every game. Game configs subclass this and change defaults."""
+class RunConfig:
+    """What every training loop needs: seed, device, the run's folders, a checkpoint to resume.
+
+    ``TrainConfig`` (PPO) and ``common.dqn_config.DQNConfig`` subclass it; their game configs
+    subclass those and change defaults only (``default``). ``validate`` checks the fields named
+    in ``POSITIVE`` and ``NON_NEGATIVE``, that every float is finite and every value with
+    choices is one of them; a subclass adds its own checks after ``super().validate()``.
+    """
+
+    seed: int = arg(
+        0, "random seed (network init, environments, sampling); with the same seed a CPU run repeats exactly"
+    )
+    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    log_path: str = arg(
+        "runs",
+        "parent folder of run folders; each run writes config.json, VisualDL logs, metrics.jsonl, "
+        "videos and checkpoints into log_path/run_name",
+    )
+    run_name: str = arg("", "name of this run's folder (default: game, settings, seed and time)")
+    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
+    resume: str = arg(
+        "",
+        "checkpoint (.pdparams) to continue from: networks, optimizers, normalizers, counters and random "
+        "state; the run continues its counters",
+    )
+
+    POSITIVE = ()  # names of the fields that must be > 0 (class attributes, not fields)
+    NON_NEGATIVE = ()  # ... >= 0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag and what is accepted."""
+        for f in dataclasses.fields(self):  # inf passes every range check (and NaN fails them all)
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                need(math.isfinite(v), _flag(f.name), v, "a finite number")
+        for name in self.POSITIVE:
+            need(getattr(self, name) > 0, _flag(name), getattr(self, name), "a positive integer")
+        for name in self.NON_NEGATIVE:
+            need(getattr(self, name) >= 0, _flag(name), getattr(self, name), "an integer >= 0")
+        for f in dataclasses.fields(self):
+            choices = field_meta(type(self), f.name).get("choices")
+            if choices:
+                v = getattr(self, f.name)
+                need(v in choices, _flag(f.name), v, f"one of {', '.join(map(str, choices))}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class TrainConfig(RunConfig):
+    """PPO settings shared by every game. Game configs subclass this and change defaults."""
 
     # --- run -------------------------------------------------------------------------
-    seed: int = arg(314, "random seed; with the same seed a CPU run repeats exactly")
-    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    seed: int = default(314)
     num_threads: int = arg(
         0,
         "CPU threads for the networks: each large enough convolution batch runs as "
@@ -118,14 +186,6 @@ class TrainConfig:
         "network; always on GPU). See docs/performance.md",
         choices=("native", "onednn", "onednn-bf16", "dygraph"),
     )
-    log_path: str = arg(
-        "runs",
-        "parent folder of run folders; each run writes config.json, VisualDL logs, "
-        "videos and checkpoints into log_path/run_name",
-    )
-    run_name: str = arg("", "name of this run's folder (default: game, level, intrinsic module, seed and time)")
-    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
-    resume: str = arg("", "checkpoint (.pdparams) to continue from; the run continues its step counters")
     allow_world_size_change: bool = arg(
         False,
         "let --resume continue a checkpoint written by a run of another number of data-parallel ranks "
@@ -248,37 +308,33 @@ class TrainConfig:
     def num_updates(self) -> int:
         return max(1, self.num_global_steps // self.rollout_size)
 
+    POSITIVE = (
+        "num_global_steps",
+        "num_processes",
+        "num_local_steps",
+        "num_epochs",
+        "batch_size",
+        "max_actions",
+        "max_eval_steps",
+        "max_nan_updates",
+        "snd_max_pairs",
+    )
+    NON_NEGATIVE = (
+        "save_interval",
+        "eval_interval",
+        "video_interval",
+        "histogram_interval",
+        "embedding_interval",
+        "picture_interval",
+        "obs_norm_steps",
+        "max_worker_restarts",
+        "num_threads",
+    )
+
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
-
-        def need(ok, flag, value, accepted):
-            if not ok:
-                raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
-
-        for name in (
-            "num_global_steps",
-            "num_processes",
-            "num_local_steps",
-            "num_epochs",
-            "batch_size",
-            "max_actions",
-            "max_eval_steps",
-            "max_nan_updates",
-            "snd_max_pairs",
-        ):
-            need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
-        for name in (
-            "save_interval",
-            "eval_interval",
-            "video_interval",
-            "histogram_interval",
-            "embedding_interval",
-            "picture_interval",
-            "obs_norm_steps",
-        ):
-            need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
+        super().validate()
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
-        need(self.max_worker_restarts >= 0, "max-worker-restarts", self.max_worker_restarts, "an integer >= 0")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(
             self.vec_env != "ray" or self.num_workers >= 0,
@@ -286,16 +342,11 @@ class TrainConfig:
             self.num_workers,
             "0 (one per CPU of the Ray cluster) or a positive integer with --vec-env ray",
         )
-        need(self.num_threads >= 0, "num-threads", self.num_threads, "0 (all CPUs) or a positive integer")
-        for f in dataclasses.fields(self):  # inf passes every range check below (and NaN fails them all)
-            v = getattr(self, f.name)
-            if isinstance(v, float):
-                need(math.isfinite(v), f.name.replace("_", "-"), v, "a finite number")
         need(self.lr > 0, "lr", self.lr, "a positive learning rate")
         need(self.intrinsic_lr >= 0, "intrinsic-lr", self.intrinsic_lr, "0 or a positive learning rate")
         need(self.target_lr >= 0, "target-lr", self.target_lr, "0 or a positive learning rate")
         for name in ("gamma", "tau", "int_gamma"):
-            need(0.0 <= getattr(self, name) <= 1.0, name.replace("_", "-"), getattr(self, name), "a value in [0, 1]")
+            need(0.0 <= getattr(self, name) <= 1.0, _flag(name), getattr(self, name), "a value in [0, 1]")
         need(0.0 < self.update_proportion <= 1.0, "update-proportion", self.update_proportion, "a value in (0, 1]")
         need(0.0 < self.target_proportion <= 1.0, "target-proportion", self.target_proportion, "a value in (0, 1]")
         need(self.epsilon > 0, "epsilon", self.epsilon, "a positive clip range")
@@ -312,28 +363,6 @@ class TrainConfig:
             self.batch_size,
             f"a divisor of num_local_steps x num_processes = {self.rollout_size}",
         )
-        for f in dataclasses.fields(self):
-            choices = field_meta(type(self), f.name).get("choices")
-            if choices:
-                need(
-                    getattr(self, f.name) in choices,
-                    f.name.replace("_", "-"),
-                    getattr(self, f.name),
-                    f"one of {', '.join(map(str, choices))}",
-                )
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def _field_type(cls, f):

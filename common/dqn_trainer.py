@@ -38,23 +38,17 @@ second Ctrl-C aborts.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import dataclasses
-import json
-import math
 import os
-import signal
 import time
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
-from common.config import UnusablePathError, arg, check_writable, make_folder
 from common.device import require_paddle, set_device
+from common.dqn_config import DQNConfig
 from common.errors import NonFiniteLossError, UsageError, stopped_by
 from common.game import GameSpec
+from common.runtime import NonFiniteSteps, RunFolder, StopSignals
 
 paddle = require_paddle()
 
@@ -65,231 +59,11 @@ from common.checkpoint import (  # noqa: E402
     copy_state,
     load_checkpoint,
     nonfinite_tensors,
-    save_checkpoint,
 )
 from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.logger import Logger  # noqa: E402
 from common.replay import ReplayMemory  # noqa: E402
-
-AGENTS = ("dqn", "dqn-e0", "snd")
-#: the article's epsilon per agent: DQN 0.1, DQN_e0 and SND 0
-AGENT_EPSILON = {"dqn": 0.1, "dqn-e0": 0.0, "snd": 0.0}
-
-
-@dataclass
-class DQNConfig:
-    """Double DQN (+ SND-V) settings; a game's config subclasses this. Defaults: the SND article's runner."""
-
-    # --- agent -----------------------------------------------------------------------------
-    agent: str = arg(
-        "dqn",
-        "the article's three agents: dqn (Double DQN, epsilon 0.1), dqn-e0 (the same, epsilon "
-        "0), snd (Double DQN + SND-V intrinsic reward, epsilon 0)",
-        choices=AGENTS,
-    )
-
-    # --- run ---------------------------------------------------------------------------------
-    seed: int = arg(0, "random seed (network init, exploration, sampling); a CPU run repeats exactly")
-    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
-    num_threads: int = arg(
-        0,
-        "CPU threads for the networks (0: os.cpu_count()): with --parallel-intrinsic and "
-        "the snd agent, the SND update runs on a second thread beside the Q update; "
-        "otherwise each convolution batch is split into this many shards, one thread each",
-    )
-    parallel_intrinsic: bool = arg(
-        True,
-        "snd agent: run the SND networks' update (target step + predictor "
-        "step) on a second thread beside the Q update (they share no weights, so "
-        "the results are the same as one after the other)",
-    )
-    log_path: str = arg(
-        "runs", "parent folder of run folders (config.json, VisualDL logs, metrics.jsonl, models/, videos/)"
-    )
-    run_name: str = arg("", "name of this run's folder (default: game, agent, seed and time)")
-    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
-    resume: str = arg(
-        "", "checkpoint (.pdparams) to continue from (counters, networks, optimizers, replay memory if it was saved)"
-    )
-    train_steps: int = arg(
-        100_000,
-        "stop after this many train steps (the article: runner.train("
-        "max_train_count=100_000)); env steps = train steps + the warm-up",
-    )
-    save_interval: int = arg(25_000, "save a checkpoint every this many train steps (0: only at the end)")
-    save_replay: bool = arg(
-        True,
-        "put the replay memory in checkpoints (~7 KB per stored frame, 71 MB at "
-        "10,000) so --resume continues on the same data; off: a resumed run starts "
-        "with an empty memory and waits for the warm-up again",
-    )
-    eval_interval: int = arg(
-        2_000,
-        "play --eval-episodes greedy evaluation episodes every this many train steps "
-        "(0: never). The article logged one every 5 s of wall time (SRL history, "
-        "eval_reward0)",
-    )
-    eval_episodes: int = arg(1, "episodes per evaluation (their mean return is logged)")
-    test_epsilon: float = arg(0.0, "epsilon of the evaluation episodes (SRL's test_epsilon, 0)")
-    max_eval_steps: int = arg(5_000, "hard cap on agent steps in one evaluation episode")
-    video_interval: int = arg(10, "record every this many-th evaluation's first episode to videos/ (0: never)")
-    log_interval: int = arg(100, "log losses, Q values and rates every this many train steps")
-    max_nan_updates: int = arg(3, "stop after this many consecutive train steps with a non-finite loss")
-
-    # --- Double DQN ------------------------------------------------------------------------
-    lr: float = arg(
-        0.0005,
-        "Adam learning rate of the Q network (and of the SND networks unless --snd-lr): the "
-        "article's runner sets 0.0005 (its SND Config default and SRL's DQN default: 0.001)",
-    )
-    discount: float = arg(0.99, "discount factor (the article: 0.99)")
-    target_model_update_interval: int = arg(
-        2_000,
-        "copy the online Q network to the target network every this "
-        "many train steps (the article's runner: 2,000; its SND Config "
-        "default and SRL's DQN default: 1,000)",
-    )
-    double_dqn: bool = arg(
-        True,
-        "double DQN targets: the online network picks the next action, the target network "
-        "values it (the article: enable_double_dqn=True; the SND agent's own code does the "
-        "same)",
-    )
-    batch_size: int = arg(32, "transitions per train step (SRL's default, not changed by the article)")
-    memory_capacity: int = arg(10_000, "replay memory size in stored frames, ~ transitions (the article: 10,000)")
-    memory_warmup_size: int = arg(1_000, "train only once the memory holds this many transitions (the article: 1,000)")
-    window_length: int = arg(4, "frames stacked into one state (the article: window_length=4)")
-    epsilon: float = arg(
-        -1.0, "epsilon-greedy exploration while training (-1: the agent's, as the article: dqn 0.1, dqn-e0 0, snd 0)"
-    )
-    epsilon_initial: float = arg(
-        -1.0,
-        "epsilon at env step 0, decaying linearly to --epsilon over "
-        "--epsilon-decay-steps (-1: constant --epsilon, the article)",
-    )
-    epsilon_decay_steps: int = arg(0, "env steps of the linear epsilon decay (0: constant, the article)")
-    conv_padding: str = arg(
-        "valid",
-        "padding of the DQN image block in every network: same (the article's Keras "
-        "layers: 84->21->11->11, 7,744 features into Dense(512)) or valid (Nature "
-        "DQN/RND geometry: 84->20->9->7, 3,136 features, ~3.5x fewer multiply-adds: "
-        "the default, for CPU speed; see docs/snd_dqn_pong.md)",
-        choices=("valid", "same"),
-    )
-
-    # --- SND-V (agent snd) -------------------------------------------------------------------
-    int_reward_scale: float = arg(0.5, "reward = extrinsic + this x intrinsic (the article's int_reward_scale 0.5)")
-    snd_lr: float = arg(
-        0.0, "learning rate of the SND target and predictor (0: --lr, as the article: one lr for all three optimizers)"
-    )
-    snd_noise: float = arg(
-        0.2,
-        "uniform noise U(-a, a) added on the [0, 1] scale to the target's contrastive "
-        "samples (the article's full listing: 0.2; its excerpt: 0, no augmentation)",
-    )
-    snd_distill_pairing: str = arg(
-        "same",
-        "what the predictor is distilled on: same (predictor(s') -> "
-        "target(s'), the SND paper and the article's full listing) or shifted "
-        "(predictor(s) -> target(s'), the article's Trainer excerpt; see README)",
-        choices=("same", "shifted"),
-    )
-
-    def __post_init__(self):
-        if self.agent in AGENT_EPSILON and self.epsilon == -1.0:
-            self.epsilon = AGENT_EPSILON[self.agent]
-
-    @property
-    def uses_snd(self) -> bool:
-        return self.agent == "snd"
-
-    def validate(self) -> None:
-        """Raise ValueError naming the flag and what is accepted."""
-
-        def need(ok, flag, value, accepted):
-            if not ok:
-                raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
-
-        for f in dataclasses.fields(self):  # inf passes every range check below (and NaN fails them all)
-            v = getattr(self, f.name)
-            if isinstance(v, float):
-                need(math.isfinite(v), f.name.replace("_", "-"), v, "a finite number")
-        for name in (
-            "train_steps",
-            "batch_size",
-            "memory_capacity",
-            "memory_warmup_size",
-            "window_length",
-            "target_model_update_interval",
-            "eval_episodes",
-            "max_eval_steps",
-            "log_interval",
-            "max_nan_updates",
-        ):
-            need(getattr(self, name) > 0, name.replace("_", "-"), getattr(self, name), "a positive integer")
-        for name in ("save_interval", "eval_interval", "video_interval", "epsilon_decay_steps", "num_threads"):
-            need(getattr(self, name) >= 0, name.replace("_", "-"), getattr(self, name), "an integer >= 0")
-        need(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        need(self.snd_lr >= 0, "snd-lr", self.snd_lr, "0 (same as --lr) or a positive learning rate")
-        need(0.0 <= self.discount <= 1.0, "discount", self.discount, "a value in [0, 1]")
-        need(0.0 <= self.epsilon <= 1.0, "epsilon", self.epsilon, "a value in [0, 1] (or -1: the agent's)")
-        need(
-            self.epsilon_initial == -1.0 or 0.0 <= self.epsilon_initial <= 1.0,
-            "epsilon-initial",
-            self.epsilon_initial,
-            "a value in [0, 1] or -1 (constant)",
-        )
-        need(0.0 <= self.test_epsilon <= 1.0, "test-epsilon", self.test_epsilon, "a value in [0, 1]")
-        need(self.int_reward_scale >= 0, "int-reward-scale", self.int_reward_scale, "a value >= 0")
-        need(self.snd_noise >= 0, "snd-noise", self.snd_noise, "a value >= 0")
-        need(
-            self.memory_warmup_size <= self.memory_capacity,
-            "memory-warmup-size",
-            self.memory_warmup_size,
-            f"at most --memory-capacity ({self.memory_capacity})",
-        )
-        need(
-            self.batch_size <= self.memory_warmup_size,
-            "batch-size",
-            self.batch_size,
-            f"at most --memory-warmup-size ({self.memory_warmup_size}), as SRL asserts",
-        )
-        need(
-            self.memory_capacity > self.window_length,
-            "memory-capacity",
-            self.memory_capacity,
-            f"more than --window-length ({self.window_length})",
-        )
-        need(
-            not self.uses_snd or self.batch_size % 2 == 0,
-            "batch-size",
-            self.batch_size,
-            "an even number for the snd agent (half the target's pairs are identical, half random; the article "
-            "asserts batch_size % 2 == 0)",
-        )
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            if choices:
-                need(
-                    getattr(self, f.name) in choices,
-                    f.name.replace("_", "-"),
-                    getattr(self, f.name),
-                    f"one of {', '.join(map(str, choices))}",
-                )
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class _Mean:
@@ -330,11 +104,9 @@ class DQNTrainer:
         set_device(cfg.device)
         paddle.seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
-        self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
-        self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
-        check_writable(cfg.log_path, "--log-path")  # the folders themselves are made once a resume is accepted
-        if cfg.saved_path:
-            check_writable(cfg.saved_path, "--saved-path")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.folder = RunFolder(cfg, f"{spec.name}_{cfg.agent}_seed{cfg.seed}_{stamp}")
+        self.run_dir = self.folder.run_dir
 
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         if self.obs_shape[0] != cfg.window_length:
@@ -373,35 +145,23 @@ class DQNTrainer:
         self.env_steps = 0
         self.episodes = 0
         self.evals = 0
-        self.nan_streak = 0
-        self.nan_total = 0
+        self.nonfinite = NonFiniteSteps(cfg.max_nan_updates, "train step")
         self.last_checkpoint = ""
         self.saved_at = -1
         self.last_eval = None
-        self._stop_signal = None
-        self._side = None
+        self.stop = StopSignals("finishing this step and saving a checkpoint")
+        self._side = cpu.SideThread("snd-update") if self._parallel() else None
         self._env = None
         self._eval_env = None
         self._good = None  # the last learned state known finite (see train_step)
         if cfg.resume:
             self.load(cfg.resume)
-        make_folder(
-            self.saved_path, *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path))
-        )
-        make_folder(self.run_dir, "--log-path", cfg.log_path)
-        try:
-            cfg.to_json(os.path.join(self.run_dir, "config.json"))
-        except OSError as e:
-            raise UnusablePathError(f"--log-path {cfg.log_path!r}: cannot write config.json: {e.strerror}") from None
+        self.folder.create(cfg)
         self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
 
     @property
     def train_count(self) -> int:
         return self.learner.train_count
-
-    def _default_run_name(self) -> str:
-        c = self.cfg
-        return f"{self.spec.name}_{c.agent}_seed{c.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -416,7 +176,7 @@ class DQNTrainer:
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "evals": self.evals,
-            "nan_total": self.nan_total,
+            "nan_total": self.nonfinite.total,
             "rng": self.rng.bit_generator.state,
             "replay": self.memory.state_dict() if self.cfg.save_replay else None,
         }
@@ -444,29 +204,19 @@ class DQNTrainer:
             self.env_steps = int(state["env_steps"])
             self.episodes = int(state["episodes"])
             self.evals = int(state.get("evals", 0))
-            self.nan_total = int(state.get("nan_total", 0))
+            self.nonfinite.total = int(state.get("nan_total", 0))
             self.rng.bit_generator.state = state["rng"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:
-        path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.train_count))
-        self.last_checkpoint = save_checkpoint(path, self.state_dict())
+        name = name or self.spec.checkpoint_name(self.cfg, self.train_count)
+        self.last_checkpoint = self.folder.save(name, self.state_dict())
         self.saved_at = self.train_count
-        return path
+        return self.last_checkpoint
 
     # ------------------------------------------------------------------ signals, threads
-    def _on_signal(self, signum, frame):
-        if self._stop_signal is not None:
-            raise KeyboardInterrupt
-        self._stop_signal = signum
-        print(
-            f"\n{signal.Signals(signum).name} received: finishing this step and saving a checkpoint "
-            "(press Ctrl-C again to abort without saving)",
-            flush=True,
-        )
-
     def _threads(self) -> int:
         return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
 
@@ -497,29 +247,14 @@ class DQNTrainer:
                 raise NonFiniteLossError("a train step made the weights non-finite and no finite state was kept")
             self.set_learned_state(self._good)
         if bad:
-            self._nonfinite(", ".join(bad))
+            self.nonfinite.taken_back(self.train_count + 1, ", ".join(bad))
         else:
-            self.nan_streak = 0
+            self.nonfinite.ok()
         return losses
 
     def keep_good_state(self) -> None:
         """Remember the current learned state as the one a non-finite step rolls back to."""
         self._good = copy_state(self.learned_state())
-
-    def _nonfinite(self, what: str) -> None:
-        self.nan_streak += 1
-        self.nan_total += 1
-        warnings.warn(
-            f"train step {self.train_count + 1}: non-finite {what}, not applied "
-            f"({self.nan_streak} in a row, {self.nan_total} in total)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        if self.nan_streak >= self.cfg.max_nan_updates:
-            raise NonFiniteLossError(
-                f"{self.nan_streak} consecutive train steps had a NaN/inf loss or weights (none applied); "
-                "stopping. Try a lower --lr."
-            )
 
     def _train_step(self) -> dict | None:
         cfg, mem = self.cfg, self.memory
@@ -533,7 +268,7 @@ class DQNTrainer:
         if batch is not None and cfg.uses_snd:
             snd_batch.update(obs=batch["obs"], next_obs=batch["next_obs"])
         losses = {}
-        if self._parallel() and snd_batch and batch is not None:
+        if self._side is not None and snd_batch and batch is not None:
             future = self._side.submit(self.intrinsic.update, snd_batch)
             try:
                 losses.update(self._learn(batch))
@@ -621,7 +356,6 @@ class DQNTrainer:
             f"warm-up {cfg.memory_warmup_size:,}), epsilon {cfg.epsilon}, run folder {self.run_dir}",
             flush=True,
         )
-        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         from tqdm import tqdm
 
         bar = tqdm(
@@ -635,10 +369,9 @@ class DQNTrainer:
         int_rewards = []
         recent = []
         threads = contextlib.ExitStack()
+        threads.enter_context(self.stop)
         try:
-            if self._parallel():
-                self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snd-update")
-            else:
+            if self._side is None:
                 threads.enter_context(cpu.threads(self._threads()))
             self.keep_good_state()
             self._env = self.spec.env_factory(cfg, None)()
@@ -648,7 +381,7 @@ class DQNTrainer:
             ep_len = 0
             t_log, cpu_log = time.perf_counter(), time.process_time()
             env_log, train_log = self.env_steps, self.train_count
-            while self.train_count < cfg.train_steps and self._stop_signal is None:
+            while self.train_count < cfg.train_steps and not self.stop.requested:
                 eps = self.epsilon(self.env_steps)
                 action = epsilon_greedy(self.learner.q_values(obs[None])[0], eps, self.rng)
                 next_obs, reward, done, info = self._env.step(action)
@@ -726,17 +459,15 @@ class DQNTrainer:
             raise self._stopped_by(e) from e
         finally:
             bar.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-            threads.close()
             self.close()
+            threads.close()
         result = {
             "train_steps": self.train_count,
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "checkpoint": self.last_checkpoint,
             "run_dir": self.run_dir,
-            "stopped_by_signal": self._stop_signal is not None,
+            "stopped_by_signal": self.stop.requested,
         }
         if self.last_eval is not None:
             result["eval"] = self.last_eval
@@ -749,8 +480,7 @@ class DQNTrainer:
 
     def close(self):
         if self._side is not None:
-            self._side.shutdown(wait=True)
-            self._side = None
+            self._side.close()
         for env in (self._env, self._eval_env):
             if env is not None:
                 env.close()

@@ -276,6 +276,14 @@ class Evaluations:
             self._done.append((self._score(result, snapshot), snapshot))
         self.seconds += time.perf_counter() - t
 
+    def start_update(self, snapshot: dict, run_dir: str) -> None:
+        """``start`` for the policy after update ``snapshot["update"]``: its seed comes from the run's seed
+        and the update, and every ``video_interval``-th update's episode is recorded to ``run_dir/videos``."""
+        update, record = snapshot["update"], None
+        if self.cfg.video_interval and update % self.cfg.video_interval == 0:
+            record = os.path.join(run_dir, "videos", f"eval_{update:06d}.mp4")
+        self.start(snapshot, self.cfg.seed + 7919 * (update + 1), record)
+
     def finished(self, block: bool = False) -> list:
         """The evaluations whose results arrived, as ``[(result, snapshot)]`` (``block``: wait for the
         one in flight)."""

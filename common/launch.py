@@ -50,5 +50,5 @@ def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
         raise SystemExit(f"error: {e}") from None
     if result["stopped_by_signal"]:
         sys.stdout.flush()
-        raise SystemExit(SIGNAL_EXIT.get(trainer._stop_signal, 1))
+        raise SystemExit(SIGNAL_EXIT.get(trainer.stop.signum, 1))
     return result

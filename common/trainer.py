@@ -21,20 +21,17 @@ writes files, and ``--num-global-steps`` counts the steps of every rank.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import os
-import signal
 import time
-import warnings
 
 import numpy as np
 from tqdm import tqdm
 
-from common.config import TrainConfig, check_writable, make_folder
+from common.config import TrainConfig
 from common.device import require_paddle, set_device
 from common.distributed import SilentLogger, World
 from common.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
 from common.game import GameSpec
+from common.runtime import NonFiniteSteps, RunFolder, StopSignals
 
 paddle = require_paddle()
 
@@ -49,7 +46,6 @@ from common.checkpoint import (  # noqa: E402
     load_checkpoint,
     nonfinite_tensors,
     optimizer_state,
-    save_checkpoint,
     set_optimizer_state,
 )
 from common.evaluation import Evaluations  # noqa: E402
@@ -57,7 +53,7 @@ from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.logger import Logger, RunLog  # noqa: E402
 from common.normalize import IntrinsicRewardScale  # noqa: E402
 from common.ppo import PPO  # noqa: E402
-from common.vec_env import Pipeline, make_vec_env  # noqa: E402
+from common.vec_env import Pipeline, vec_env_for_run  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
@@ -92,11 +88,9 @@ class Trainer:
         paddle.seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
 
-        self.run_dir = os.path.join(cfg.log_path, cfg.run_name or self._default_run_name())
-        self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
-        check_writable(cfg.log_path, "--log-path")  # the folders themselves are made once a resume is accepted
-        if cfg.saved_path:
-            check_writable(cfg.saved_path, "--saved-path")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.folder = RunFolder(cfg, f"{spec.name}_{spec.level_name(cfg)}_{cfg.intrinsic}_seed{cfg.seed}_{stamp}")
+        self.run_dir = self.folder.run_dir
 
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
@@ -122,19 +116,18 @@ class Trainer:
             cfg.int_gamma, cfg.num_envs, first_visit=cfg.int_first_visit and cfg.intrinsic != "none"
         )
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
-        self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self._stop_signal is not None)
+        self.stop = StopSignals("finishing this step, saving a checkpoint, closing workers")
+        self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
 
         self.update = 0  # completed updates
         self.global_step = 0  # agent steps over all envs
         self.obs_norm_ready = cfg.intrinsic == "none"
-        self.nan_streak = 0
-        self.nan_total = 0
+        self.nonfinite = NonFiniteSteps(cfg.max_nan_updates, "update")
         self.last_checkpoint = ""
         self.saved_update = -1
         self.last_eval = None  # the latest logged eval result
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
-        self._stop_signal = None
-        self._side = None  # thread for the intrinsic module's update step (see learn)
+        self._side = cpu.SideThread("intrinsic-update") if self._cpu_threads() > 1 else None  # see learn
         if cfg.resume:
             self.load(cfg.resume)
             # the updates still to do, at this run's steps per update: the same count on the same world size,
@@ -143,12 +136,7 @@ class Trainer:
             self.num_updates = self.update + left
         self.world.attach(self)  # a data-parallel replica (common.distributed); nothing in one process
         if self.world.is_main:
-            make_folder(
-                self.saved_path,
-                *(("--saved-path", cfg.saved_path) if cfg.saved_path else ("--log-path", cfg.log_path)),
-            )
-            make_folder(self.run_dir, "--log-path", cfg.log_path)
-            cfg.to_json(os.path.join(self.run_dir, "config.json"))
+            self.folder.create(cfg)
             self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
         else:  # rank 0 alone writes files
             self.logger = SilentLogger()
@@ -160,25 +148,8 @@ class Trainer:
         """The run's intrinsic module (also the eval's copy that scores an episode)."""
         return intrinsic_for_run(self.spec, self.cfg, self.obs_shape)
 
-    def _default_run_name(self) -> str:
-        c = self.cfg
-        return f"{self.spec.name}_{self.spec.level_name(c)}_{c.intrinsic}_seed{c.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
-
     def _make_envs(self):
-        cfg = self.cfg
-        fns = [self.spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
-        # Several envs per worker beat one process per env when envs outnumber cores
-        # (benchmarks/env_throughput.py); 0 = in-process for make_vec_env.
-        auto = min(cfg.num_envs, self.world.cores())
-        workers = {-1: 0, 0: auto}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
-        kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout} if workers > 0 else {}
-        if cfg.vec_env == "ray":  # Ray actors; --num-workers 0: one per CPU of the Ray cluster
-            workers, kw = cfg.num_workers, {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout}
-            kw.update(kind="ray", address=cfg.ray_address)
-        # Env i is seeded with seed + i (rank r's: as env r * num_envs + i of one big run); a resumed run
-        # starts fresh episodes, seeded by its update count so that it does not replay the original's.
-        seed = cfg.seed + 100_003 * self.update + self.world.rank * cfg.num_envs
-        return make_vec_env(fns, num_workers=workers, seed=seed, **kw)
+        return vec_env_for_run(self.spec, self.cfg, self.world.rank, self.world.cores(), self.update)
 
     # ------------------------------------------------------------------ state
     def learned_state(self) -> dict:
@@ -212,7 +183,7 @@ class Trainer:
             "rng": self.rng.bit_generator.state,
             "obs_norm_ready": self.obs_norm_ready,
             "world_size": self.world.size,
-            "nan_total": self.nan_total,
+            "nan_total": self.nonfinite.total,
             **(self.log.visited_state() if hasattr(self, "log") else {}),
         }
 
@@ -231,7 +202,7 @@ class Trainer:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
         self.obs_norm_ready = bool(state["obs_norm_ready"])
-        self.nan_total = int(state.get("nan_total", 0))
+        self.nonfinite.total = int(state.get("nan_total", 0))
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}
 
     def save(self, name: str | None = None, state: dict | None = None) -> str:
@@ -240,38 +211,24 @@ class Trainer:
         Rank 0 alone writes; other ranks return ""."""
         if not self.world.is_main:
             return ""
-        path = os.path.join(self.saved_path, name or self.spec.checkpoint_name(self.cfg, self.update))
-        where = "--saved-path" if self.cfg.saved_path else "--log-path"
-        try:
-            self.last_checkpoint = save_checkpoint(path, self.state_dict() if state is None else state)
-        except OSError as e:
-            raise OSError(e.errno, f"{e.strerror} (the folder comes from {where})") from e
+        name = name or self.spec.checkpoint_name(self.cfg, self.update)
+        self.last_checkpoint = self.folder.save(name, self.state_dict() if state is None else state)
         if state is None or state["update"] == self.update:
             self.saved_update = self.update
-        return path
+        return self.last_checkpoint
 
     # ------------------------------------------------------------------ signals and threads
-    def _on_signal(self, signum, frame):
-        if self._stop_signal is not None:  # second Ctrl-C: give up at once
-            raise KeyboardInterrupt
-        self._stop_signal = signum
-        print(
-            f"\n{signal.Signals(signum).name} received: finishing this step, saving a checkpoint, closing workers "
-            "(press Ctrl-C again to abort without saving)",
-            flush=True,
-        )
-
     def _stop_requested(self) -> bool:
         """A signal asks to stop now (within a phase). Data-parallel ranks stop only between updates,
         where they agree (``_stop_agreed``): one rank leaving a phase early would leave the others
         waiting for it."""
-        return self._stop_signal is not None and not self.world.distributed
+        return self.stop.requested and not self.world.distributed
 
     def _stop_agreed(self) -> bool:
         """Whether to stop, the same on every rank (a signal that reached any rank stops them all)."""
         if self.world.distributed:
-            self._stop_signal = self.world.max_int(self._stop_signal or 0) or None
-        return self._stop_signal is not None
+            self.stop.signum = self.world.max_int(self.stop.signum or 0) or None
+        return self.stop.requested
 
     def _cpu_threads(self) -> int:
         """Threads for the networks: ``num_threads`` (0 = one per core: this rank's share of them) on CPU,
@@ -352,11 +309,10 @@ class Trainer:
         cfg = self.cfg
         sums, count = collections.defaultdict(float), 0
         self.policy.train()
-        side = self._side_thread()
         for _ in range(cfg.num_epochs):
             for batch in self.buffer.minibatches(cfg.batch_size, self.rng):
-                if side is not None:
-                    pending = side.submit(self.intrinsic.update, batch)
+                if self._side is not None:
+                    pending = self._side.submit(self.intrinsic.update, batch)
                     out = self.ppo.step(batch)
                     int_out = pending.result()
                 else:
@@ -368,14 +324,6 @@ class Trainer:
                     sums[k] += v
                 count += 1
         return {k: v / count for k, v in sums.items()}
-
-    def _side_thread(self):
-        """The thread for the intrinsic step (CPU, more than one thread configured), else None."""
-        if self._cpu_threads() == 1:
-            return None
-        if self._side is None:
-            self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="intrinsic-update")
-        return self._side
 
     def _update(self, snapshot: dict):
         """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``."""
@@ -392,37 +340,14 @@ class Trainer:
             raise
         if losses is None:
             self.set_learned_state(snapshot)
-            self._nonfinite()
+            self.logger.scalar(tags.NAN_UPDATES, self.nonfinite.total + 1, self.global_step + self.steps_per_update)
+            self.nonfinite.taken_back(self.update + 1)
         else:
-            self.nan_streak = 0
+            self.nonfinite.ok()
             self.actor.weights_changed()
         return losses
 
-    def _nonfinite(self):
-        """Count a rolled-back update; stop after ``max_nan_updates`` of them in a row."""
-        self.nan_streak += 1
-        self.nan_total += 1
-        warnings.warn(
-            f"update {self.update + 1}: non-finite loss or weights, update rolled back "
-            f"({self.nan_streak} in a row, {self.nan_total} in total)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        self.logger.scalar(tags.NAN_UPDATES, self.nan_total, self.global_step + self.steps_per_update)
-        if self.nan_streak >= self.cfg.max_nan_updates:
-            raise NonFiniteLossError(
-                f"{self.nan_streak} consecutive updates had a NaN/inf loss or weights (each rolled back); stopping. "
-                "Try a lower --lr or check the rewards."
-            )
-
     # ------------------------------------------------------------------ evaluation
-    def _start_eval(self) -> None:
-        """Hand the policy after this update to the evaluation (``common.evaluation``)."""
-        record = None
-        if self.cfg.video_interval and self.update % self.cfg.video_interval == 0:
-            record = os.path.join(self.run_dir, "videos", f"eval_{self.update:06d}.mp4")
-        self.evals.start(copy_state(self.state_dict()), self.cfg.seed + 7919 * (self.update + 1), record)
-
     def _log_evals(self, block: bool = False) -> None:
         """Log finished evals; a greedy policy that solved the level is saved (the evaluated snapshot)."""
         with self.math_threads():
@@ -442,101 +367,106 @@ class Trainer:
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
         cfg = self.cfg
+        ranks = f" x {self.world.size} ranks; this is rank {self.world.rank}" if self.world.distributed else ""
         print(
-            f"{self.spec.name}: {self.num_updates} updates of {self.steps_per_update} steps "
-            f"({cfg.num_envs} envs x {cfg.num_local_steps}"
-            f"{f' x {self.world.size} ranks; this is rank {self.world.rank}' if self.world.distributed else ''}), "
-            f"intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
+            f"{self.spec.name}: {self.num_updates} updates of {self.steps_per_update} steps ({cfg.num_envs} envs x "
+            f"{cfg.num_local_steps}{ranks}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
         )
-        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        total, main = self.num_updates * self.steps_per_update, self.world.is_main
         bar = tqdm(
-            total=self.num_updates * self.steps_per_update,
+            total=total,
             initial=self.global_step,
             unit="step",
             dynamic_ncols=True,
             desc=self.spec.name,
-            disable=not self.world.is_main,
+            disable=not main,
         )
-        try:
-            self.envs = self._make_envs()
-            obs = self.envs.reset()
-            if not self.obs_norm_ready:
-                obs = self.init_obs_normalizer(obs)
-            while self.update < self.num_updates and not self._stop_agreed():
-                snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
-                t0 = time.perf_counter()
-                embed = bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
-                picture = self._picture_due(self.update + 1)
-                embed, picture = (embed, picture) if self.world.is_main else (False, False)  # rank 0 alone logs
-                with self.math_threads():
-                    collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
-                if collected is None or self._stop_agreed():
-                    break
-                obs, episodes = collected
-                episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
-                last_ext, last_int = self.actor.values(obs)
-                with self.math_threads():
-                    raw_int = self.intrinsic_rewards()
-                self.buffer.compute_returns_and_advantages(
-                    last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef
-                )
-                t1 = time.perf_counter()
-                losses = self._update(snapshot)
-                t2 = time.perf_counter()
-                self.update += 1
-                self.global_step += self.steps_per_update
-                for note in self.log.update(
-                    self.update,
-                    self.global_step,
-                    self.buffer,
-                    losses,
-                    raw_int,
-                    gate_share=self.int_scale.gate_share,
-                    int_return_std=self.int_scale.return_std,
-                    nonfinite=self.nan_total,
-                    restart_log=getattr(self.envs, "restart_log", ()),
-                    seconds=(t1 - t0, t2 - t1),
-                    episodes=episodes,
-                ):
-                    tqdm.write(note)
-                if embed and cfg.intrinsic != "none":
-                    self.log.embeddings(
-                        self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng
-                    )
-                if picture:
-                    self.log.picture(self.update, self.buffer, raw_int, self.step_records)
-                if cfg.eval_interval and self.update % cfg.eval_interval == 0 and self.world.is_main:
-                    self._start_eval()
-                if cfg.save_interval and self.update % cfg.save_interval == 0:
+        with self.stop:
+            try:
+                self.envs = self._make_envs()
+                obs = self.envs.reset()
+                if not self.obs_norm_ready:
+                    obs = self.init_obs_normalizer(obs)
+                while self.update < self.num_updates and not self._stop_agreed():
+                    obs, losses = self.one_update(obs)
+                    if obs is None:
+                        break
+                    bar.update(self.steps_per_update)
+                    bar.set_postfix_str(self.log.progress(self.update, losses))
+                if self.stop.requested:
+                    self.evals.close(cancel=True)
+                else:
+                    self._log_evals(block=True)  # the last update's eval (its success checkpoint comes first)
+                if self.saved_update != self.update:  # the final state is always on disk
                     self.save()
-                self.buffer.finish()
-                self._log_evals(block=False)
-                self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
-                bar.update(self.steps_per_update)
-                bar.set_postfix_str(self.log.progress(self.update, losses))
-            if self._stop_signal is None:
-                self._log_evals(block=True)  # the last update's eval (its success checkpoint comes first)
-            else:
-                self.evals.close(cancel=True)
-            if self.saved_update != self.update:  # the final state is always on disk
-                self.save()
-            self.log.hparams()
-        except Exception as e:  # a worker fault, an I/O error, a run of non-finite updates: keep what was learned
-            raise self._stopped_by(e) from e
-        finally:
-            bar.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-            self.close()
+                self.log.hparams()
+            except Exception as e:  # a worker fault, an I/O error, a run of non-finite updates: keep what was learned
+                raise self._stopped_by(e) from e
+            finally:
+                bar.close()
+                self.close()
         result = {"eval": self.last_eval} if self.last_eval is not None else {}
         result.update(
             update=self.update,
             global_step=self.global_step,
             checkpoint=self.last_checkpoint,
             run_dir=self.run_dir,
-            stopped_by_signal=self._stop_signal is not None,
+            stopped_by_signal=self.stop.requested,
         )
         return result
+
+    def one_update(self, obs: np.ndarray):
+        """Collect a rollout from ``obs``, learn from it, log, evaluate, save: ``(last obs, losses)``, or
+        ``(None, None)`` when a stop signal cut the rollout short (nothing of it is learned)."""
+        cfg, main = self.cfg, self.world.is_main  # rank 0 alone logs
+        snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
+        t0 = time.perf_counter()
+        embed = main and bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
+        picture = main and self._picture_due(self.update + 1)
+        with self.math_threads():
+            collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
+        if collected is None or self._stop_agreed():
+            return None, None
+        obs, episodes = collected
+        episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
+        last_ext, last_int = self.actor.values(obs)
+        with self.math_threads():
+            raw_int = self.intrinsic_rewards()
+        self.buffer.compute_returns_and_advantages(
+            last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef
+        )
+        t1 = time.perf_counter()
+        losses = self._update(snapshot)
+        t2 = time.perf_counter()
+        self.update += 1
+        self.global_step += self.steps_per_update
+        notes = self.log.update(
+            self.update,
+            self.global_step,
+            self.buffer,
+            losses,
+            raw_int,
+            gate_share=self.int_scale.gate_share,
+            int_return_std=self.int_scale.return_std,
+            nonfinite=self.nonfinite.total,
+            restart_log=getattr(self.envs, "restart_log", ()),
+            seconds=(t1 - t0, t2 - t1),
+            episodes=episodes,
+        )
+        for note in notes:
+            tqdm.write(note)
+        if embed and cfg.intrinsic != "none":
+            self.log.embeddings(self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng)
+        if picture:
+            self.log.picture(self.update, self.buffer, raw_int, self.step_records)
+        if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:
+            self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
+        if cfg.save_interval and self.update % cfg.save_interval == 0:
+            self.save()
+        self.buffer.finish()
+        self._log_evals(block=False)
+        self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
+        return obs, losses
 
     def _stopped_by(self, error: Exception) -> Exception:
         """Save the state of the last completed update after ``error``; the exception to raise instead,
@@ -549,8 +479,7 @@ class Trainer:
 
     def close(self):
         if self._side is not None:
-            self._side.shutdown(wait=True)
-            self._side = None
+            self._side.close()
         self.evals.close(cancel=True)
         if self.envs is not None:
             self.envs.close()

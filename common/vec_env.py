@@ -1043,3 +1043,24 @@ def make_vec_env(
             raise TypeError(f"unknown vector-env options {sorted(unknown)}")
         return InProcessVecEnv(env_fns, seed=seed)
     return SubprocVecEnv(env_fns, num_workers=num_workers, seed=seed, **kwargs)
+
+
+def vec_env_for_run(spec, cfg, rank: int, cores: int, update: int) -> VecEnv:
+    """The vector env of a PPO run (``cfg``: a ``TrainConfig``) on data-parallel rank ``rank``.
+
+    ``--num-workers 0`` puts the envs on one worker per core (``cores``: this rank's share),
+    several envs per worker: that beats one process per env when envs outnumber cores
+    (``benchmarks/env_throughput.py``); -1 keeps them in this process. Env ``i`` is seeded
+    with ``seed + i`` (rank ``r``'s as env ``r * num_envs + i`` of one big run); a resumed run
+    (``update`` > 0) starts fresh episodes, seeded by its update count so that it does not
+    replay the original's.
+    """
+    fns = [spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
+    workers = {-1: 0, 0: min(cfg.num_envs, cores)}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))
+    kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout} if workers > 0 else {}
+    if cfg.vec_env == "ray":  # Ray actors; --num-workers 0: one per CPU of the Ray cluster
+        workers = cfg.num_workers
+        kw = {"max_restarts": cfg.max_worker_restarts, "timeout": cfg.worker_timeout, "kind": "ray"}
+        kw["address"] = cfg.ray_address
+    seed = cfg.seed + 100_003 * update + rank * cfg.num_envs
+    return make_vec_env(fns, num_workers=workers, seed=seed, **kw)

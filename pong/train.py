@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # `python pong/train.py` from a checkout: make th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.config import arg  # noqa: E402
-from common.dqn_trainer import DQNConfig  # noqa: E402
+from common.dqn_config import DQNConfig  # noqa: E402
 from common.game import GameSpec  # noqa: E402
 from pong.env import ACTIONS, OBS_SIZE, PongEnv, make_env  # noqa: E402
 
@@ -44,16 +44,14 @@ class PongConfig(DQNConfig):
         "5 instead of a full game to 21)",
     )
 
+    POSITIVE = (*DQNConfig.POSITIVE, "frameskip", "max_points")
+
     def validate(self) -> None:
         super().validate()
-        if self.frameskip < 1:
-            raise ValueError(f"--frameskip {self.frameskip!r} is invalid: expected a positive integer")
         if not 0.0 <= self.repeat_action_probability <= 1.0:
             raise ValueError(
                 f"--repeat-action-probability {self.repeat_action_probability!r} is invalid: expected a value in [0, 1]"
             )
-        if self.max_points < 1:
-            raise ValueError(f"--max-points {self.max_points!r} is invalid: expected a positive integer")
 
 
 def env_factory(cfg: PongConfig, record_path=None):

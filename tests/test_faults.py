@@ -243,7 +243,7 @@ def test_a_rolled_back_update_leaves_the_state_exactly_as_before(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = t2.train()
-    assert result["update"] == 4 and t2.nan_total == 2  # updates 3 and 4 exploded and were rolled back
+    assert result["update"] == 4 and t2.nonfinite.total == 2  # updates 3 and 4 exploded and were rolled back
     after = [p.numpy() for p in t2.policy.parameters()] + [p.numpy() for p in t2.intrinsic.predictor.parameters()]
     for a, b in zip(before, after):
         np.testing.assert_array_equal(a, b)

@@ -100,7 +100,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path):
         ):
             t.train()
     assert sum("non-finite loss" in str(c.message) for c in caught) == 2
-    assert t.nan_total == 2
+    assert t.nonfinite.total == 2
     assert not list((tmp_path / "a" / "models").glob("*.pdparams"))  # NaN weights are never written
 
 

@@ -16,6 +16,8 @@ uses only the names below; how they are fast is this package's business:
 * ``tune_allocator()``: keep freed tensor memory in the process (glibc).
 * ``set_math_threads(n)``: the threads Paddle's own CPU math kernels may use.
 * ``available()``: whether the oneDNN fast paths run on this Paddle.
+* ``SideThread(name)``: one thread for a step that runs beside the caller's (the intrinsic
+  module's update beside the policy's).
 
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
 ``tests/test_native.py``); every fast path steps aside by itself where the installed Paddle
@@ -27,6 +29,7 @@ convolutions, the training runner), ``native`` (the collection engine), ``predic
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import warnings
 
@@ -36,6 +39,7 @@ from common.cpu.fused import run_layer as run
 from common.cpu.fused import set_num_shards, standardize, unit_floats
 
 __all__ = [
+    "SideThread",
     "available",
     "collection_engine",
     "run",
@@ -104,3 +108,26 @@ def collection_engine(net, obs_shape, kind: str, batch: int):
             stacklevel=2,
         )
         return None
+
+
+class SideThread:
+    """A thread for work that runs beside the caller's: ``submit(fn, *args)`` returns a Future.
+
+    For two steps that share no parameters, optimizers or random generators (the intrinsic
+    module's update and the policy's), so that running them side by side gives the sequential
+    result (Paddle's grad mode is per thread). The thread starts at the first ``submit``.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._pool = None
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        return self._pool.submit(fn, *args)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -1,0 +1,71 @@
+"""The pieces both training loops share (common.runtime, common.config.RunConfig): fast, no training."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import warnings
+
+import pytest
+
+from common.config import RunConfig, TrainConfig, UnusablePathError, build_parser, field_meta
+from common.dqn_config import DQNConfig
+from common.errors import NonFiniteLossError
+from common.runtime import NonFiniteSteps, RunFolder, StopSignals
+
+
+def test_nonfinite_steps_stop_at_the_limit_in_a_row_only():
+    steps = NonFiniteSteps(limit=2, unit="update")
+    with pytest.warns(RuntimeWarning, match=r"update 5: non-finite loss or weights, taken back \(1 in a row"):
+        steps.taken_back(5)
+    steps.ok()  # a good step in between: the streak starts again
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        steps.taken_back(7)
+        with pytest.raises(NonFiniteLossError, match="2 consecutive updates"):
+            steps.taken_back(8)
+    assert steps.total == 3 and steps.streak == 2
+
+
+def test_stop_signals_first_asks_second_aborts_and_handlers_come_back(capsys):
+    before = signal.getsignal(signal.SIGINT)
+    with StopSignals("finishing this step") as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signum == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "SIGTERM received: finishing this step" in capsys.readouterr().out
+
+
+def test_run_folder_is_checked_at_once_and_made_only_on_create(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UnusablePathError, match=r"--saved-path .* is not a folder"):
+        RunFolder(TrainConfig(log_path=str(tmp_path), saved_path=str(blocker / "models")), "run")
+    cfg = TrainConfig(log_path=str(tmp_path / "runs"))
+    folder = RunFolder(cfg, "run")
+    assert not os.path.exists(folder.run_dir)  # nothing made before a resume is accepted
+    folder.create(cfg)
+    assert os.path.isfile(os.path.join(folder.run_dir, "config.json")) and os.path.isdir(folder.saved_path)
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, DQNConfig])
+def test_the_run_flags_have_one_help_text_for_both_loops(cls):
+    """seed, device, folders and --resume are declared once (RunConfig): the PPO and DQN help cannot drift."""
+    for f in dataclasses.fields(RunConfig):
+        base = field_meta(RunConfig, f.name)["help"]
+        assert field_meta(cls, f.name)["help"].startswith(base), f.name
+    assert "replay memory" in field_meta(DQNConfig, "resume")["help"]  # the DQN loop's note, appended
+    assert "--seed" in build_parser(cls).format_help()
+
+
+def test_run_config_checks_name_the_flag():
+    with pytest.raises(ValueError, match=r"--train-steps 0 is invalid: expected a positive integer"):
+        DQNConfig(train_steps=0).validate()
+    with pytest.raises(ValueError, match=r"--device 'tpu' is invalid: expected one of cpu, gpu"):
+        TrainConfig(device="tpu").validate()
+    with pytest.raises(ValueError, match=r"--lr nan is invalid: expected a finite number"):
+        DQNConfig(lr=float("nan")).validate()
