@@ -427,7 +427,7 @@ class DQNTrainer:
                     lg.scalar("charts/epsilon", eps, step)
                     lg.scalar("charts/env_steps", self.env_steps, step)
                     lg.scalar("charts/target_syncs", self.learner.sync_count, step)
-                    lg.scalar("charts/nonfinite_skipped", self.nan_total, step)
+                    lg.scalar("charts/nonfinite_skipped", self.nonfinite.total, step)
                     if int_rewards:
                         lg.scalar("intrinsic/reward_mean", float(np.mean(int_rewards)), step)
                         lg.scalar("intrinsic/reward_max", float(np.max(int_rewards)), step)
