@@ -178,6 +178,18 @@ class World:
         t = paddle.to_tensor([int(value)], dtype="int64")
         return int(self._all_reduce(t, "agree", op=dist.ReduceOp.MAX).numpy()[0])
 
+    def stop_now(self, stop) -> bool:
+        """Whether a stop signal (``common.runtime.StopSignals``) ends the current phase at once: yes in one
+        process; data-parallel ranks stop only between updates, where they agree (``stop_agreed``): one
+        rank leaving a phase early would leave the others waiting for it."""
+        return stop.requested and not self.distributed
+
+    def stop_agreed(self, stop) -> bool:
+        """Whether to stop, the same on every rank (a signal that reached any rank stops them all)."""
+        if self.distributed:
+            stop.signum = self.max_int(stop.signum or 0) or None
+        return stop.requested
+
     def gather_objects(self, items: list) -> list:
         """Every rank's list of picklable ``items``, concatenated in rank order (on every rank)."""
         if not self.distributed:

@@ -217,19 +217,7 @@ class Trainer:
             self.saved_update = self.update
         return self.last_checkpoint
 
-    # ------------------------------------------------------------------ signals and threads
-    def _stop_requested(self) -> bool:
-        """A signal asks to stop now (within a phase). Data-parallel ranks stop only between updates,
-        where they agree (``_stop_agreed``): one rank leaving a phase early would leave the others
-        waiting for it."""
-        return self.stop.requested and not self.world.distributed
-
-    def _stop_agreed(self) -> bool:
-        """Whether to stop, the same on every rank (a signal that reached any rank stops them all)."""
-        if self.world.distributed:
-            self.stop.signum = self.world.max_int(self.stop.signum or 0) or None
-        return self.stop.requested
-
+    # ------------------------------------------------------------------ threads
     def _cpu_threads(self) -> int:
         """Threads for the networks: ``num_threads`` (0 = one per core: this rank's share of them) on CPU,
         1 on GPU."""
@@ -247,12 +235,12 @@ class Trainer:
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
         """Random-agent warm-up of the intrinsic module's observation normalizer (RND)."""
         for _ in range(self.cfg.obs_norm_steps):
-            if self._stop_requested():
+            if self.world.stop_now(self.stop):
                 break
             actions = self.rng.integers(0, self.num_actions, size=self.cfg.num_envs)
             obs, _, _, _ = self.envs.step(actions)
             self.intrinsic.observe(obs)
-        self.obs_norm_ready = not self._stop_requested()
+        self.obs_norm_ready = not self.world.stop_now(self.stop)
         return obs
 
     def collect(self, obs: np.ndarray, keep_metadata: bool = False, keep_records: bool = False):
@@ -267,12 +255,12 @@ class Trainer:
         cfg, buf = self.cfg, self.buffer
         buf.start(obs)
         episodes, self.embedding_meta, self.step_records = [], {}, []
-        if self._stop_requested():
+        if self.world.stop_now(self.stop):
             return None
         steps = Pipeline(self.envs, lambda o: self.actor.act(o, self.rng))
         steps.start(obs)
         for t in range(cfg.num_local_steps):
-            last = t + 1 == cfg.num_local_steps or self._stop_requested()
+            last = t + 1 == cfg.num_local_steps or self.world.stop_now(self.stop)
             acted, (obs, rewards, dones, infos) = steps.step(last=last)
             buf.add(*acted, rewards, dones, obs, infos)
             episodes += [infos[i] for i in np.flatnonzero(dones) if "episode" in infos[i]]  # not cut by a restart
@@ -281,7 +269,7 @@ class Trainer:
                     self.embedding_meta[(t, i)] = self.spec.embedding_metadata(info)
             if keep_records:
                 self.step_records.append([self.spec.step_record(info) for info in infos])
-            if self._stop_requested():
+            if self.world.stop_now(self.stop):
                 steps.drain()
                 return None
         if cfg.clip_reward:
@@ -387,7 +375,7 @@ class Trainer:
                 obs = self.envs.reset()
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
-                while self.update < self.num_updates and not self._stop_agreed():
+                while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
                     obs, losses = self.one_update(obs)
                     if obs is None:
                         break
@@ -425,7 +413,7 @@ class Trainer:
         picture = main and self._picture_due(self.update + 1)
         with self.math_threads():
             collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
-        if collected is None or self._stop_agreed():
+        if collected is None or self.world.stop_agreed(self.stop):
             return None, None
         obs, episodes = collected
         episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
