@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from common.game_env import GameEnv
+from gridworld import fast_view
 
 VIEW = 7
 CHANNELS = 3
@@ -90,6 +91,7 @@ class GridEnv(GameEnv):
                 f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
                 f"view; this wrapper expects {VIEW}x{VIEW}"
             )
+        fast_view.install(self.unwrapped)  # MiniGrid's own view, computed ~5x faster (same array)
         super().__init__(record_path, fps=RECORD_FPS)
 
     @staticmethod

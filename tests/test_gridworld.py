@@ -45,6 +45,47 @@ def test_same_seed_same_layout_and_trajectory():
     assert len(layouts) > 1  # different seeds give different layouts
 
 
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        "MiniGrid-DoorKey-5x5-v0",
+        "MiniGrid-DoorKey-8x8-v0",
+        "MiniGrid-KeyCorridorS3R2-v0",
+        "MiniGrid-KeyCorridorS3R3-v0",
+        "MiniGrid-Empty-5x5-v0",  # sees through walls
+    ],
+)
+def test_fast_view_equals_minigrids_own_observation(env_id):
+    """gridworld.fast_view computes the partial view without building grids: equal to MiniGrid's gen_obs
+    at every step of random play (doors opened, keys carried and dropped, walls off the map, every heading)."""
+    import gymnasium
+    from minigrid.minigrid_env import MiniGridEnv
+
+    from gridworld.fast_view import agent_view
+
+    env = gymnasium.make(env_id).unwrapped
+    assert env.see_through_walls == env_id.startswith("MiniGrid-Empty")
+    rng = np.random.default_rng(0)
+    env.reset(seed=3)
+    carried, headings = 0, set()
+    for _ in range(3000):
+        np.testing.assert_array_equal(agent_view(env), MiniGridEnv.gen_obs(env)["image"])
+        # turn and walk often, pick up / toggle / drop often enough to open doors and carry keys
+        _, _, terminated, truncated, _ = env.step(int(rng.choice(7, p=[0.2, 0.2, 0.3, 0.1, 0.05, 0.15, 0.0])))
+        carried += env.carrying is not None
+        headings.add(env.agent_dir)
+        if terminated or truncated:
+            env.reset()
+    assert headings == {0, 1, 2, 3}
+    assert carried > 0 or env_id.startswith("MiniGrid-Empty")
+
+
+def test_grid_env_uses_the_fast_view():
+    env = GridEnv("MiniGrid-KeyCorridorS3R2-v0")
+    assert env.unwrapped.gen_obs.func.__module__ == "gridworld.fast_view"
+    env.close()
+
+
 def test_episode_ends_with_time_limit_and_no_success_for_idle_agent():
     with make_env(SMALL) as env:
         env.reset(seed=0)
