@@ -184,6 +184,25 @@ class Logger:
             self._jsonl.close()
 
 
+class RolloutNotes:
+    """What the embedding view and the picture of where the agent has been take from a rollout's infos:
+    ``labels`` {(t, env): the game's ``embedding_metadata``} and ``records`` [T][N] of its
+    ``step_record``, each kept only when asked for (None otherwise)."""
+
+    def __init__(self, spec, labels: bool = False, records: bool = False):
+        self.spec = spec
+        self.labels = {} if labels else None
+        self.records = [] if records else None
+
+    def add(self, t: int, infos: list) -> None:
+        """The infos of step ``t`` (one per env)."""
+        if self.labels is not None:
+            for i, info in enumerate(infos):
+                self.labels[(t, i)] = self.spec.embedding_metadata(info)
+        if self.records is not None:
+            self.records.append([self.spec.step_record(info) for info in infos])
+
+
 class RunLog:
     """What a PPO run logs after each update and each evaluation, on top of a ``Logger``.
 

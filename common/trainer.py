@@ -50,7 +50,7 @@ from common.checkpoint import (  # noqa: E402
 )
 from common.evaluation import Evaluations  # noqa: E402
 from common.intrinsic import intrinsic_for_run  # noqa: E402
-from common.logger import Logger, RunLog  # noqa: E402
+from common.logger import Logger, RolloutNotes, RunLog  # noqa: E402
 from common.normalize import IntrinsicRewardScale  # noqa: E402
 from common.ppo import PPO  # noqa: E402
 from common.vec_env import Pipeline, vec_env_for_run  # noqa: E402
@@ -243,18 +243,15 @@ class Trainer:
         self.obs_norm_ready = not self.world.stop_now(self.stop)
         return obs
 
-    def collect(self, obs: np.ndarray, keep_metadata: bool = False, keep_records: bool = False):
+    def collect(self, obs: np.ndarray, notes: RolloutNotes | None = None):
         """Fill the buffer with one rollout; returns (last obs, finished-episode infos) or None if stopped.
 
         Act, step, store, T times (``Pipeline`` overlaps one env group's step with the policy's
-        work on another). With ``keep_metadata`` the game's embedding labels of every s_{t+1}
-        are kept in ``self.embedding_meta`` ({(t, env): [str, ...]}) for the embedding view;
-        with ``keep_records`` its ``step_record`` of every step in ``self.step_records`` ([T][N])
-        for the picture of where the agent has been.
+        work on another); ``notes`` keeps what the update's pictures need from each step's infos.
         """
         cfg, buf = self.cfg, self.buffer
         buf.start(obs)
-        episodes, self.embedding_meta, self.step_records = [], {}, []
+        episodes = []
         if self.world.stop_now(self.stop):
             return None
         steps = Pipeline(self.envs, lambda o: self.actor.act(o, self.rng))
@@ -264,11 +261,8 @@ class Trainer:
             acted, (obs, rewards, dones, infos) = steps.step(last=last)
             buf.add(*acted, rewards, dones, obs, infos)
             episodes += [infos[i] for i in np.flatnonzero(dones) if "episode" in infos[i]]  # not cut by a restart
-            if keep_metadata:
-                for i, info in enumerate(infos):
-                    self.embedding_meta[(t, i)] = self.spec.embedding_metadata(info)
-            if keep_records:
-                self.step_records.append([self.spec.step_record(info) for info in infos])
+            if notes is not None:
+                notes.add(t, infos)
             if self.world.stop_now(self.stop):
                 steps.drain()
                 return None
@@ -411,8 +405,9 @@ class Trainer:
         t0 = time.perf_counter()
         embed = main and bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
         picture = main and self._picture_due(self.update + 1)
+        notes = RolloutNotes(self.spec, labels=embed and cfg.intrinsic != "none", records=picture)
         with self.math_threads():
-            collected = self.collect(obs, keep_metadata=embed, keep_records=picture)
+            collected = self.collect(obs, notes)
         if collected is None or self.world.stop_agreed(self.stop):
             return None, None
         obs, episodes = collected
@@ -428,7 +423,7 @@ class Trainer:
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update
-        notes = self.log.update(
+        messages = self.log.update(
             self.update,
             self.global_step,
             self.buffer,
@@ -441,12 +436,12 @@ class Trainer:
             seconds=(t1 - t0, t2 - t1),
             episodes=episodes,
         )
-        for note in notes:
-            tqdm.write(note)
-        if embed and cfg.intrinsic != "none":
-            self.log.embeddings(self.update, self.buffer, self.embedding_meta, self.intrinsic.features, self.rng)
-        if picture:
-            self.log.picture(self.update, self.buffer, raw_int, self.step_records)
+        for message in messages:
+            tqdm.write(message)
+        if notes.labels is not None:
+            self.log.embeddings(self.update, self.buffer, notes.labels, self.intrinsic.features, self.rng)
+        if notes.records is not None:
+            self.log.picture(self.update, self.buffer, raw_int, notes.records)
         if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:
             self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
         if cfg.save_interval and self.update % cfg.save_interval == 0:
