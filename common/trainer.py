@@ -127,7 +127,9 @@ class Trainer:
         self.saved_update = -1
         self.last_eval = None  # the latest logged eval result
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
-        self._side = cpu.SideThread("intrinsic-update") if self._cpu_threads() > 1 else None  # see learn
+        # threads for the networks: --num-threads (0 = one per core: this rank's share of them) on CPU, 1 on GPU
+        self.threads = 1 if cfg.device != "cpu" else (cfg.num_threads or self.world.cores())
+        self._side = cpu.SideThread("intrinsic-update") if self.threads > 1 else None  # see learn
         if cfg.resume:
             self.load(cfg.resume)
             # the updates still to do, at this run's steps per update: the same count on the same world size,
@@ -217,19 +219,10 @@ class Trainer:
             self.saved_update = self.update
         return self.last_checkpoint
 
-    # ------------------------------------------------------------------ threads
-    def _cpu_threads(self) -> int:
-        """Threads for the networks: ``num_threads`` (0 = one per core: this rank's share of them) on CPU,
-        1 on GPU."""
-        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or self.world.cores())
-
     def math_threads(self):
-        """While open, the networks' convolutions use ``num_threads`` threads (``common.cpu.threads``).
-
-        During collection the policy runs beside the env workers (pipelined), so there its
-        threads share the cores with them.
-        """
-        return cpu.threads(self._cpu_threads())
+        """While open, the networks' convolutions use ``self.threads`` threads (``common.cpu.threads``);
+        during collection they share the cores with the env workers (pipelined)."""
+        return cpu.threads(self.threads)
 
     # ------------------------------------------------------------------ phases
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
