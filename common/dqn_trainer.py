@@ -368,11 +368,11 @@ class DQNTrainer:
         stats = _Mean()
         int_rewards = []
         recent = []
-        threads = contextlib.ExitStack()
-        threads.enter_context(self.stop)
+        scope = contextlib.ExitStack()  # the signal handlers, and the convolution threads when no side thread
+        scope.enter_context(self.stop)
         try:
             if self._side is None:
-                threads.enter_context(cpu.threads(self._threads()))
+                scope.enter_context(cpu.threads(self._threads()))
             self.keep_good_state()
             self._env = self.spec.env_factory(cfg, None)()
             obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)
@@ -460,7 +460,7 @@ class DQNTrainer:
         finally:
             bar.close()
             self.close()
-            threads.close()
+            scope.close()
         result = {
             "train_steps": self.train_count,
             "env_steps": self.env_steps,
