@@ -314,3 +314,25 @@ def test_onednn_loads_from_paddles_wheel():
     if not os.path.exists(os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")):
         pytest.skip("this Paddle ships no libdnnl.so.3")
     assert onednn_conv.available()
+
+
+def test_onednn_probe_inside_no_grad_still_turns_the_fast_path_on():
+    """The first call to available() may come from a forward pass under paddle.no_grad() (SND-STD sizes its
+    heads that way); the self-check's backward pass must not fail there and leave oneDNN off for the process."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists(os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")):
+        pytest.skip("this Paddle ships no libdnnl.so.3")
+    code = (
+        "import paddle\n"
+        "from common.cpu import onednn\n"
+        "with paddle.no_grad():\n"
+        "    ok = onednn.available()\n"
+        "    still_off = not paddle.is_grad_enabled()\n"
+        "print(ok, still_off)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert out.stdout.split()[-2:] == ["True", "True"], out.stdout + out.stderr

@@ -159,6 +159,40 @@ def test_stdim_scores_and_terms_match_numpy():
     np.testing.assert_allclose(float(terms["score_sq"]), (want_gl**2).mean() + (want_ll**2).mean(), rtol=1e-4)
 
 
+def test_cpu_stdim_losses_equal_the_paddle_ops_and_their_gradients():
+    """common.cpu.stdim_losses (numpy, hand-written backward) = infonce/score_sq of stdim_scores (Paddle ops)."""
+    from common import cpu
+    from common.intrinsic.snd import stdim_features
+
+    rng = np.random.default_rng(5)
+    n, d, c, h, w = 6, 5, 4, 3, 2
+    arrays = [rng.normal(size=s) for s in ((n, d), (n, c, h, w), (n, c, h, w))]
+    paddle.seed(1)
+    gl, ll = paddle.nn.Linear(d, c), paddle.nn.Linear(c, c)
+
+    def losses(fast):
+        xs = [t(a) for a in arrays]
+        for x in xs:
+            x.stop_gradient = False
+        if fast:
+            out = cpu.stdim_losses(*stdim_features(*xs, gl, ll))
+        else:
+            s_gl, s_ll = stdim_scores(*xs, gl, ll)
+            terms = stdim_terms(s_gl, s_ll, xs[0])
+            out = (terms["global_local"], terms["local_local"], terms["score_sq"])
+        assert all(o.shape == [] for o in out)  # 0-D, as Paddle's reductions
+        (2.0 * out[0] + 3.0 * out[1] + 0.5 * out[2]).backward()  # unequal weights: each gradient path counts
+        grads = [x.grad.numpy() for x in xs] + [p.grad.numpy() for p in (*gl.parameters(), *ll.parameters())]
+        for p in (*gl.parameters(), *ll.parameters()):
+            p.clear_gradient()
+        return [float(o) for o in out], grads
+
+    (want, want_grads), (got, got_grads) = losses(False), losses(True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for g_got, g_want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
+
+
 def test_contrastive_pairs():
     for n in (2, 7, 16):
         a, b, tau = contrastive_pairs(n, np.random.default_rng(n))

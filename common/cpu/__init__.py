@@ -16,15 +16,17 @@ uses only the names below; how they are fast is this package's business:
 * ``tune_allocator()``: keep freed tensor memory in the process (glibc).
 * ``set_math_threads(n)``: the threads Paddle's own CPU math kernels may use.
 * ``available()``: whether the oneDNN fast paths run on this Paddle.
+* ``stdim_losses(g, h, local_t)``: SND-STD's score losses (InfoNCE and the scores' size),
+  forward and backward on numpy.
 * ``SideThread(name)``: one thread for a step that runs beside the caller's (the intrinsic
   module's update beside the policy's).
 
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
-``tests/test_native.py``); every fast path steps aside by itself where the installed Paddle
+``tests/test_native.py``, ``tests/test_snd.py``); every fast path steps aside by itself where the installed Paddle
 lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN), and GPU runs never
 use them. Modules: ``onednn`` (the C API through ctypes), ``fused`` (fused and sharded
 convolutions, the training runner), ``native`` (the collection engine), ``predictor``
-(Paddle Inference), ``allocator``. Measurements: ``docs/performance.md``.
+(Paddle Inference), ``allocator``, ``stdim``. Measurements: ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from common.cpu import onednn
 from common.cpu.allocator import tune_host_allocator as tune_allocator
 from common.cpu.fused import run_layer as run
 from common.cpu.fused import set_num_shards, standardize, unit_floats
+from common.cpu.stdim import stdim_losses
 
 __all__ = [
     "SideThread",
@@ -45,6 +48,7 @@ __all__ = [
     "run",
     "set_math_threads",
     "standardize",
+    "stdim_losses",
     "threads",
     "tune_allocator",
     "unit_floats",

@@ -370,7 +370,9 @@ def available() -> bool:
         with _probe_lock:
             if _state is None:
                 try:
-                    _state = bool(_load() and hasattr(paddle.Tensor, "data_ptr") and _self_check())
+                    # the check runs a backward pass: the first caller may be inside paddle.no_grad()
+                    with paddle.set_grad_enabled(True):
+                        _state = bool(_load() and hasattr(paddle.Tensor, "data_ptr") and _self_check())
                 except Exception:  # an unexpected library: keep Paddle's kernels
                     _state = False
     return _state

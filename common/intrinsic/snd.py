@@ -30,6 +30,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from common import cpu
 from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
@@ -110,10 +111,10 @@ def infonce_loss(scores: paddle.Tensor) -> paddle.Tensor:
     return F.cross_entropy(scores.reshape([p * n, n]), labels)
 
 
-def stdim_scores(
+def stdim_features(
     global_next: paddle.Tensor, local_t: paddle.Tensor, local_next: paddle.Tensor, gl_head: nn.Layer, ll_head: nn.Layer
 ):
-    """ST-DIM's bilinear scores.
+    """What ST-DIM's bilinear scores multiply.
 
     Args:
         global_next: float32[N, D], global features of s_{t+1}.
@@ -121,16 +122,28 @@ def stdim_scores(
         gl_head: ``Linear(D, C)``, the global-local bilinear form W_g.
         ll_head: ``Linear(C, C)``, the local-local bilinear form W_l.
     Returns:
-        ``(scores_gl, scores_ll)``, float32[H*W, N, N]:
-        ``scores_gl[p, i, j] = W_g(global_next[i]) . local_t[j, :, p]``,
-        ``scores_ll[p, i, j] = W_l(local_next[i, :, p]) . local_t[j, :, p]``.
+        ``(g, h, lt)``: ``W_g(global_next)`` float32[N, C], ``W_l`` of each location of
+        local_next float32[P, N, C] and local_t by location float32[P, N, C] (P = H*W).
     """
     n, c = local_t.shape[0], local_t.shape[1]
     lt = local_t.reshape([n, c, -1]).transpose([2, 0, 1])  # [P, N, C]
     ln = local_next.reshape([n, c, -1]).transpose([2, 0, 1])  # [P, N, C]
-    g = gl_head(global_next)  # [N, C]
-    scores_gl = paddle.matmul(g.unsqueeze(0).expand([lt.shape[0], n, c]), lt, transpose_y=True)
-    scores_ll = paddle.matmul(ll_head(ln), lt, transpose_y=True)
+    return gl_head(global_next), ll_head(ln), lt
+
+
+def stdim_scores(
+    global_next: paddle.Tensor, local_t: paddle.Tensor, local_next: paddle.Tensor, gl_head: nn.Layer, ll_head: nn.Layer
+):
+    """ST-DIM's bilinear scores (arguments as ``stdim_features``).
+
+    Returns:
+        ``(scores_gl, scores_ll)``, float32[H*W, N, N]:
+        ``scores_gl[p, i, j] = W_g(global_next[i]) . local_t[j, :, p]``,
+        ``scores_ll[p, i, j] = W_l(local_next[i, :, p]) . local_t[j, :, p]``.
+    """
+    g, h, lt = stdim_features(global_next, local_t, local_next, gl_head, ll_head)
+    scores_gl = paddle.matmul(g.unsqueeze(0).expand([lt.shape[0], *g.shape]), lt, transpose_y=True)
+    scores_ll = paddle.matmul(h, lt, transpose_y=True)
     return scores_gl, scores_ll
 
 
@@ -376,10 +389,21 @@ class SNDSTD(_SNDBase):
         if len(obs) > self.max_pairs:
             keep = np.sort(self.rng.choice(len(obs), size=self.max_pairs, replace=False))
             obs, next_obs = obs[keep], next_obs[keep]
-        n = len(obs)
         z, fmap = self.target.forward_with_map(paddle.concat([self.normalize(obs), self.normalize(next_obs)]))
-        scores_gl, scores_ll = stdim_scores(z[n:], fmap[:n], fmap[n:], self.heads.global_local, self.heads.local_local)
-        terms = stdim_terms(scores_gl, scores_ll, z[:n])
+        z_t, z_next = paddle.split(z, 2)  # split, not slices: one cheap node in the backward pass
+        map_t, map_next = paddle.split(fmap, 2)
+        if z.place.is_cpu_place():  # the same terms, the score losses on numpy (common/cpu/stdim.py)
+            g, h, lt = stdim_features(z_next, map_t, map_next, self.heads.global_local, self.heads.local_local)
+            global_local, local_local, score_sq = cpu.stdim_losses(g, h, lt)
+            terms = {
+                "global_local": global_local,
+                "local_local": local_local,
+                "std": -_row_std(z_t).mean(),
+                "score_sq": score_sq,
+            }
+        else:
+            scores = stdim_scores(z_next, map_t, map_next, self.heads.global_local, self.heads.local_local)
+            terms = stdim_terms(*scores, z_t)
         total = (
             terms["global_local"] + terms["local_local"] + STDIM_BETA1 * terms["std"] + STDIM_BETA2 * terms["score_sq"]
         )
