@@ -96,3 +96,22 @@ def test_committed_report_and_readmes_match_the_committed_summaries():
     for name, words in exploration.README_WORDS.items():
         text = open(os.path.join(ROOT, name), encoding="utf-8").read()
         assert exploration.readme_table(summaries, exploration.PLAN, words) in text, name
+
+
+def test_snd_versus_rnd_verdict_is_read_at_the_precision_shown():
+    """0.997 against 0.998 prints as 1.00 against 1.00: a tie ("level with RND"), not "below"."""
+
+    def runs(*success):
+        return [{"success_at_budget": s, "auc": 0.5} for s in success]
+
+    summaries = {
+        ("keycorridor", "none"): runs(0.0, 0.01, 0.0),
+        ("keycorridor", "rnd"): runs(0.9996, 0.9973, 0.9991),
+        ("keycorridor", "snd-vic"): runs(0.9959, 0.9998, 0.9954),
+        ("keycorridor", "snd-v"): runs(0.90, 0.95, 0.93),
+        ("keycorridor", "snd-std"): runs(1.0, 1.0, 1.0),
+    }
+    line = next(x for x in exploration.goals(summaries, ["keycorridor"]) if x.startswith("* SND vs RND"))
+    assert "PPO+SND-VIC 1.00 (n=3, level with RND" in line
+    assert "PPO+SND-V 0.93 (n=3, below" in line
+    assert "PPO+SND-STD 1.00 (n=3, level with RND" in line  # 1.000 vs 0.999: equal at 2 decimals
