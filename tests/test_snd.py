@@ -400,3 +400,19 @@ def test_snd_v_augmentations_are_sized_to_the_observation():
         dev = y[:, c] - np.where(np.abs(y[:, c]) <= bound + 1e-6, 0.0, 30.0)  # a 1-cell tile zeroed, or kept
         assert np.abs(dev).max() <= bound + 1e-6 and np.abs(dev).max() > 0.8 * bound
     assert (np.abs(y) <= 2.0 + 1e-6).any()  # some cells were masked
+
+
+def test_stdim_losses_benchmark_runs():
+    """benchmarks/stdim_losses.py at its smallest: both paths run and the table prints."""
+    import contextlib
+    import io
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import stdim_losses
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        stdim_losses.main(["--rounds", "1", "--reps", "1", "--sizes", "minigrid"])
+    assert out.getvalue().splitlines()[2].startswith("| minigrid (128, 128, 32, 5) |")

@@ -2,9 +2,10 @@
 
 ``common.intrinsic.snd`` defines the ST-DIM losses with Paddle ops (``stdim_scores``,
 ``stdim_terms``): two batched matmuls to ``[P, N, N]`` score tensors, a cross-entropy over
-each and the mean of their squares. On the CPU those ops, not the target's convolutions,
-were most of SND-STD's target step: Paddle's CPU matmul and exp kernels ran 2.5-4x slower
-than numpy's here, and autograd adds a node per op. ``stdim_losses`` computes the same
+each and the mean of their squares. On the CPU those ops cost SND-STD's target step more than
+the target's convolutions did: Paddle's CPU matmul and exp kernels are slower than numpy's
+BLAS and ufuncs, and autograd adds a node per op (docs/performance.md, "SND-STD's score
+losses"). ``stdim_losses`` computes the same
 three numbers and their gradients in one ``PyLayer`` (the gradients written out below),
 equal to the Paddle ops up to float rounding (``tests/test_snd.py``). GPU runs use the
 Paddle ops.
