@@ -347,22 +347,23 @@ def speed_markdown(speed) -> str:
     lines += [
         f"Measured {speed['measured']} on {speed['cpus']} CPUs by `python benchmarks/snd_dqn_pong.py --speed` "
         f"(`{os.path.relpath(RESULTS, ROOT)}/speed.json`): {speed['rows'][0]['train_steps']} train steps per "
-        "agent after the 1,000-step warm-up, batch 32, the article's settings otherwise. The 1-minute load "
-        "average before/after each measurement shows how busy the machine was; CPU ms per train step (all "
-        "threads, acting and env steps included) depends much less on that than steps/s does. Projection for "
-        "100,000 train steps: CPU hours = CPU ms x 100,000; on an idle 2-core machine the wall time lies "
-        "between half of that (both cores busy the whole time) and all of it.",
+        "agent after the 1,000-step warm-up, batch 32, the article's settings otherwise; the 1-minute load "
+        "average before/after each measurement shows how busy the machine was. Wall time for 100,000 train "
+        "steps = 100,000 / the measured train steps/s (what a run at that load takes; on a busier machine it "
+        "is longer). CPU ms per train step counts every thread (acting and env steps included; threads that "
+        "wait for work count too, so it is larger on an idle machine).",
         "",
-        "| agent | padding | train steps/s (measured) | CPU ms / train step | 1-min load avg | "
-        "100k steps: CPU hours | 100k steps on 2 idle cores (h) |",
+        "| agent | padding | train steps/s (measured) | 100k steps: wall (h) | CPU ms / train step | "
+        "100k steps: CPU hours | 1-min load avg |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in speed["rows"]:
         cpu_h = r["cpu_ms_per_train_step"] * ARTICLE_STEPS / 1000 / 3600
+        wall_h = ARTICLE_STEPS / r["train_steps_per_sec"] / 3600
         lines.append(
-            f"| {r['agent']} | {r['padding']} | {r['train_steps_per_sec']:.1f} | "
-            f"{r['cpu_ms_per_train_step']:.0f} | {r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} | "
-            f"{cpu_h:.2f} | {cpu_h / 2:.1f} - {cpu_h:.1f} |"
+            f"| {r['agent']} | {r['padding']} | {r['train_steps_per_sec']:.1f} | {wall_h:.1f} | "
+            f"{r['cpu_ms_per_train_step']:.0f} | {cpu_h:.2f} | "
+            f"{r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} |"
         )
     lines += ["", SPEED_END]
     return "\n".join(lines)

@@ -74,7 +74,8 @@ def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
     bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])
     text = (docs / "snd_dqn_pong.md").read_text()
     assert "| DQN (epsilon 0.1) | 1 | 6,000 | +1.00 |" in text and "| DQN_e0 (epsilon 0) | 0 | not run yet" in text
-    assert "| dqn | valid | 10.0 | 66 |" in text and "1.83" in text  # 66 ms x 100k steps = 1.83 CPU hours
+    # 100k steps at 10 steps/s = 2.8 h of wall time; 66 ms x 100k steps = 1.83 CPU hours
+    assert "| dqn | valid | 10.0 | 2.8 | 66 | 1.83 | 2.0 / 2.0 |" in text
     assert (docs / "snd_dqn_pong.png").stat().st_size > 0
     bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])  # idempotent: blocks replaced
     assert (docs / "snd_dqn_pong.md").read_text() == text
