@@ -5,10 +5,9 @@
 each and the mean of their squares. On the CPU those ops cost SND-STD's target step more than
 the target's convolutions did: Paddle's CPU matmul and exp kernels are slower than numpy's
 BLAS and ufuncs, and autograd adds a node per op (docs/performance.md, "SND-STD's score
-losses"). ``stdim_losses`` computes the same
-three numbers and their gradients in one ``PyLayer`` (the gradients written out below),
-equal to the Paddle ops up to float rounding (``tests/test_snd.py``). GPU runs use the
-Paddle ops.
+losses"). ``stdim_losses`` computes the same three numbers and their gradients in one
+``PyLayer`` (the gradients written out below), equal to the Paddle ops up to float rounding
+(``tests/test_snd.py``). GPU runs use the Paddle ops.
 """
 
 from __future__ import annotations
