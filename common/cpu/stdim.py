@@ -2,8 +2,8 @@
 
 ``common.intrinsic.snd`` defines the ST-DIM losses with Paddle ops (``stdim_scores``,
 ``stdim_terms``): two batched matmuls to ``[P, N, N]`` score tensors, a cross-entropy over
-each and the mean of their squares. On the CPU those ops cost SND-STD's target step more than
-the target's convolutions did: Paddle's CPU matmul and exp kernels are slower than numpy's
+each and the mean of their squares. On the CPU those ops cost SND-STD's target step about as
+much as the target's convolutions: Paddle's CPU matmul and exp kernels are slower than numpy's
 BLAS and ufuncs, and autograd adds a node per op (docs/performance.md, "SND-STD's score
 losses"). ``stdim_losses`` computes the same three numbers and their gradients in one
 ``PyLayer`` (the gradients written out below), equal to the Paddle ops up to float rounding
