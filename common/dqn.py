@@ -35,8 +35,10 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from common import cpu
 from common.checkpoint import optimizer_state, set_optimizer_state
 from common.nets import Net
+from common.optim import adam
 
 #: (out_channels, kernel, stride) of the DQN image block
 DQN_BLOCK = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -115,7 +117,7 @@ def to_float(obs: np.ndarray) -> paddle.Tensor:
     """uint8[B, C, H, W] -> float32 tensor in [0, 1] (SRL's ImageProcessor ``enable_norm``)."""
     if obs.dtype != np.uint8:
         raise ValueError(f"observations must be uint8, got {obs.dtype}")
-    return paddle.to_tensor(obs).astype("float32") / 255.0
+    return cpu.unit_floats(obs)
 
 
 def double_dqn_targets(
@@ -209,9 +211,7 @@ class DoubleDQN:
         self.target_update_interval = int(target_update_interval)
         self.double = bool(double)
         self.huber_delta = float(huber_delta)
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=lr, parameters=q_net.parameters(), epsilon=KERAS_ADAM_EPSILON
-        )
+        self.optimizer = adam(q_net.parameters(), lr, epsilon=KERAS_ADAM_EPSILON)
         for p in self.target_net.parameters():
             p.stop_gradient = True
         self.target_net.eval()

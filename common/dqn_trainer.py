@@ -55,10 +55,10 @@ paddle = require_paddle()
 from common import cpu  # noqa: E402
 from common.checkpoint import (  # noqa: E402
     CheckpointError,
+    all_finite,
     check_compatible,
     copy_state,
     load_checkpoint,
-    nonfinite_tensors,
 )
 from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
@@ -241,7 +241,7 @@ class DQNTrainer:
         if losses is None:
             return None
         bad = [k for k in ("q", "snd_target", "forward") if k in losses and not np.isfinite(losses[k])]
-        if nonfinite_tensors([self.learner.q_net.state_dict(), self.intrinsic.state_dict()]):
+        if not all_finite([self.learner.q_net.state_dict(), self.intrinsic.state_dict()]):
             bad.append("weights")
             if self._good is None:
                 raise NonFiniteLossError("a train step made the weights non-finite and no finite state was kept")

@@ -20,6 +20,7 @@ import paddle.nn.functional as F
 
 from common import cpu
 from common.distributed import NO_SYNC
+from common.optim import adam
 
 
 def log_prob_entropy(logits: paddle.Tensor, actions: paddle.Tensor):
@@ -62,11 +63,7 @@ class PPO:
 
     def reset_optimizer(self) -> None:
         """A fresh Adam (no moments): the optimizer as it was before the first step."""
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=self.lr,
-            parameters=self.policy.parameters(),
-            grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm),
-        )
+        self.optimizer = adam(self.policy.parameters(), self.lr, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
 
     def _value_loss(self, v, ret):
         if self.value_loss == "smooth_l1":

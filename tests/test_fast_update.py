@@ -336,3 +336,53 @@ def test_onednn_probe_inside_no_grad_still_turns_the_fast_path_on():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     assert out.stdout.split()[-2:] == ["True", "True"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("x_grad", [True, False], ids=["x-grad", "x-frozen"])
+def test_numpy_linear_matches_paddle_linear(bias, x_grad):
+    """``common.cpu.linear``: the output and every gradient of ``nn.Linear`` (the DQN's 3136 -> 512 layer)."""
+    from common.cpu import linear
+
+    paddle.seed(3)
+    layer = paddle.nn.Linear(3136, 512, bias_attr=None if bias else False)
+    x = paddle.randn([32, 3136])
+    x.stop_gradient = not x_grad
+    upstream = paddle.randn([32, 512])
+    assert linear.applies(layer, x)
+
+    def run(fn):
+        layer.clear_gradients()
+        x.clear_grad()
+        y = fn(x)
+        (y * upstream).sum().backward()
+        grads = [layer.weight.grad.numpy().copy()] + ([layer.bias.grad.numpy().copy()] if bias else [])
+        return y.numpy(), grads, (x.grad.numpy().copy() if x_grad else x.grad)
+
+    y, grads, gx = run(lambda t: cpu.run(layer, t))
+    y_ref, grads_ref, gx_ref = run(layer)
+    np.testing.assert_allclose(y, y_ref, rtol=RTOL, atol=ATOL)
+    for g, r in zip(grads, grads_ref):
+        np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
+    if x_grad:
+        np.testing.assert_allclose(gx, gx_ref, rtol=RTOL, atol=ATOL)
+    else:
+        assert gx is None and gx_ref is None
+    with paddle.no_grad():
+        np.testing.assert_allclose(cpu.run(layer, x).numpy(), y_ref, rtol=RTOL, atol=ATOL)
+
+
+def test_small_linear_layers_stay_on_paddle(monkeypatch):
+    """Below ``MIN_MACS`` the PyLayer's fixed cost would exceed what numpy saves: Paddle's own kernel runs."""
+    from common.cpu import linear
+
+    small = paddle.nn.Linear(64, 64)
+    assert not linear.applies(small, paddle.randn([16, 64]))
+    assert linear.applies(paddle.nn.Linear(3136, 512), paddle.randn([32, 3136]))
+    calls = []
+    monkeypatch.setattr(linear, "linear", lambda layer, x: calls.append(layer) or layer(x))
+    cpu.run(small, paddle.randn([16, 64]))
+    assert calls == []
+    big = paddle.nn.Linear(3136, 512)
+    cpu.run(paddle.nn.Sequential(big, paddle.nn.ReLU()), paddle.randn([32, 3136]))
+    assert calls == [big]

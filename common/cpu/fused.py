@@ -53,7 +53,7 @@ try:
 except ImportError:  # pragma: no cover - older Paddle
     _HAS_DLPACK = False
 
-from common.cpu import onednn
+from common.cpu import linear, onednn
 
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
@@ -504,7 +504,7 @@ def fused_groups(seq):
 def run_sequential(seq, x: paddle.Tensor) -> paddle.Tensor:
     """Run an ``nn.Sequential`` (or list of layers), fusing runs of NCHW Conv2D + ReLU/LeakyReLU pairs."""
     for group in fused_groups(seq):
-        x = conv_stack(group, x) if isinstance(group, list) else group(x)
+        x = conv_stack(group, x) if isinstance(group, list) else run_layer(group, x)
     return x
 
 
@@ -513,4 +513,6 @@ def run_layer(layer, x: paddle.Tensor) -> paddle.Tensor:
     """``layer(x)``, through ``run_sequential`` for an ``nn.Sequential`` or a list of layers: the ``run``
     of a network's ``compute(x, run)`` in training (``common.cpu.native`` runs the same ``compute``
     on numpy)."""
-    return run_sequential(layer, x) if isinstance(layer, (nn.Sequential, list, tuple)) else layer(x)
+    if isinstance(layer, (nn.Sequential, list, tuple)):
+        return run_sequential(layer, x)
+    return linear.linear(layer, x) if linear.applies(layer, x) else layer(x)

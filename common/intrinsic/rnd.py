@@ -18,6 +18,7 @@ from common.checkpoint import optimizer_state, set_optimizer_state
 from common.distributed import NO_SYNC
 from common.intrinsic.base import IntrinsicModule
 from common.normalize import RunningMeanStd
+from common.optim import adam
 
 OBS_CLIP = 5.0
 _CHUNK = 256  # samples per forward pass when scoring a whole rollout
@@ -63,9 +64,7 @@ class DistillationModule(IntrinsicModule):
         self._norm_cache = None
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
-        return paddle.optimizer.Adam(
-            learning_rate=lr, parameters=parameters, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm)
-        )
+        return adam(parameters, lr, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
 
     def reset_optimizers(self) -> None:
         """Fresh optimizers (no moments), as before the first update."""

@@ -36,8 +36,10 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
+from common import cpu
 from common.checkpoint import optimizer_state, set_optimizer_state
 from common.intrinsic.base import IntrinsicModule
+from common.optim import adam
 
 DISTILL_PAIRINGS = ("same", "shifted")
 _CHUNK = 256
@@ -103,12 +105,8 @@ class SNDVArticle(IntrinsicModule):
         self.target, self.predictor = target, predictor
         self.noise = float(noise)
         self.distill_pairing = distill_pairing
-        self.target_opt = paddle.optimizer.Adam(
-            learning_rate=lr, parameters=target.parameters(), epsilon=_KERAS_ADAM_EPSILON
-        )
-        self.predictor_opt = paddle.optimizer.Adam(
-            learning_rate=lr, parameters=predictor.parameters(), epsilon=_KERAS_ADAM_EPSILON
-        )
+        self.target_opt = adam(target.parameters(), lr, epsilon=_KERAS_ADAM_EPSILON)
+        self.predictor_opt = adam(predictor.parameters(), lr, epsilon=_KERAS_ADAM_EPSILON)
         self.rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ inputs
@@ -117,7 +115,7 @@ class SNDVArticle(IntrinsicModule):
         obs = np.asarray(obs)
         if obs.dtype != np.uint8 or obs.ndim != 4:
             raise ValueError(f"observations must be uint8 [B, C, H, W], got {obs.dtype} {obs.shape}")
-        return paddle.to_tensor(obs).astype("float32") / 255.0
+        return cpu.unit_floats(obs)
 
     def _noisy(self, obs: np.ndarray) -> paddle.Tensor:
         """uint8 states -> float32 in [0, 1] plus U(-noise, noise) (drawn from ``self.rng``)."""

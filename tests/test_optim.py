@@ -1,0 +1,67 @@
+"""``common.optim.adam``: the merged Adam update is plain Adam's, and it resumes from a checkpoint exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+paddle = pytest.importorskip("paddle")
+import paddle.nn as nn  # noqa: E402
+
+from common.checkpoint import copy_state, optimizer_state, set_optimizer_state  # noqa: E402
+from common.optim import adam  # noqa: E402
+
+
+def _net():
+    paddle.seed(0)
+    return nn.Sequential(
+        nn.Conv2D(4, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 32), nn.ReLU(), nn.Linear(32, 5)
+    )
+
+
+def _step(net, opt, rng):
+    x = paddle.to_tensor(rng.standard_normal((16, 4, 8, 8)).astype("float32"))
+    (net(x) ** 2).mean().backward()
+    opt.step()
+    opt.clear_grad()
+
+
+@pytest.mark.parametrize("clip", [None, 0.5], ids=["no-clip", "clip-0.5"])
+def test_merged_adam_follows_plain_adam(clip):
+    runs = []
+    for merged in (True, False):
+        net = _net()
+        kw = {"grad_clip": nn.ClipGradByGlobalNorm(clip)} if clip else {}
+        if merged:
+            opt = adam(net.parameters(), 1e-3, epsilon=1e-7, **kw)
+        else:
+            opt = paddle.optimizer.Adam(learning_rate=1e-3, parameters=net.parameters(), epsilon=1e-7, **kw)
+        rng = np.random.default_rng(1)
+        for _ in range(30):
+            _step(net, opt, rng)
+        runs.append([p.numpy() for p in net.parameters()])
+    start = [p.numpy() for p in _net().parameters()]
+    for merged, plain, p0 in zip(*runs, start):
+        assert np.abs(plain - p0).max() > 1e-3  # the steps moved the weights
+        np.testing.assert_allclose(merged, plain, rtol=0, atol=1e-6)
+
+
+def test_merged_adam_resumes_from_its_state_exactly():
+    """Ten steps, a checkpoint of weights + optimizer state, ten more: the same as twenty straight."""
+    a = _net()
+    opt_a = adam(a.parameters(), 1e-2, grad_clip=nn.ClipGradByGlobalNorm(0.5))
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        _step(a, opt_a, rng)
+    weights, state, rng_state = copy_state(a.state_dict()), copy_state(optimizer_state(opt_a)), rng.bit_generator.state
+    for _ in range(10):
+        _step(a, opt_a, rng)
+    b = _net()
+    b.set_state_dict(weights)
+    opt_b = adam(b.parameters(), 1e-2, grad_clip=nn.ClipGradByGlobalNorm(0.5))
+    set_optimizer_state(opt_b, state)
+    rng.bit_generator.state = rng_state
+    for _ in range(10):
+        _step(b, opt_b, rng)
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
