@@ -22,6 +22,25 @@ def test_newest_checkpoint_and_cut_metrics(tmp_path):
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [2000, 10000]
 
 
+def test_prune_keeps_the_newest_periodic_checkpoints(tmp_path):
+    run = tmp_path / "pong_dqn-e0_seed0"
+    (run / "models").mkdir(parents=True)
+    names = ["pong_dqn-e0_2500.pdparams", "pong_dqn-e0_5000.pdparams", "pong_dqn-e0_10000.pdparams"]
+    for name in [*names, "pong_dqn-e0.pdparams", "pong_dqn-e0_7500.pdparams.tmp"]:
+        (run / "models" / name).write_bytes(b"x")
+    bench.prune_checkpoints(str(run), keep=2)
+    left = sorted(p.name for p in (run / "models").iterdir())
+    assert left == [
+        "pong_dqn-e0.pdparams",
+        "pong_dqn-e0_10000.pdparams",
+        "pong_dqn-e0_5000.pdparams",
+        "pong_dqn-e0_7500.pdparams.tmp",
+    ]
+    assert bench.newest_checkpoint(str(run))[1] == 10000
+    assert "--save-interval" in (argv := bench.command("dqn", 0, 100_000, 50, str(tmp_path)))
+    assert argv[argv.index("--save-interval") + 1] == "2500"
+
+
 def fake_summary(agent, seed, ev):
     steps = [2000 * (i + 1) for i in range(len(ev))]
     return {
