@@ -386,3 +386,18 @@ def test_small_linear_layers_stay_on_paddle(monkeypatch):
     big = paddle.nn.Linear(3136, 512)
     cpu.run(paddle.nn.Sequential(big, paddle.nn.ReLU()), paddle.randn([32, 3136]))
     assert calls == [big]
+
+
+def test_threads_holds_numpy_blas_to_the_trainers_thread_count():
+    """``cpu.threads(n)`` sets numpy's OpenBLAS to n threads while open and gives back the old count."""
+    from common.cpu import blas
+
+    before = blas.get_threads()
+    if before is None:
+        pytest.skip("numpy links no OpenBLAS here")
+    with cpu.threads(1):
+        assert blas.get_threads() == 1
+        with cpu.threads(2):
+            assert blas.get_threads() == 2
+        assert blas.get_threads() == 1
+    assert blas.get_threads() == before

@@ -35,7 +35,7 @@ import concurrent.futures
 import contextlib
 import warnings
 
-from common.cpu import onednn
+from common.cpu import blas, onednn
 from common.cpu.allocator import tune_host_allocator as tune_allocator
 from common.cpu.fused import run_layer as run
 from common.cpu.fused import set_num_shards, standardize, unit_floats
@@ -72,15 +72,18 @@ def set_math_threads(n: int) -> None:
 
 @contextlib.contextmanager
 def threads(n: int):
-    """Split large convolution batches into ``n`` shards on ``n`` threads while open (1: off)."""
-    if n <= 1:
-        yield
-        return
-    old = set_num_shards(n)
+    """While open, split large convolution batches into ``n`` shards on ``n`` threads (1: off) and let
+    numpy's BLAS use ``n`` threads (``common.cpu.blas``)."""
+    n = max(int(n), 1)
+    old_blas = blas.set_threads(n)
+    old = set_num_shards(n) if n > 1 else None
     try:
         yield
     finally:
-        set_num_shards(old)
+        if old is not None:
+            set_num_shards(old)
+        if old_blas is not None:
+            blas.set_threads(old_blas)
 
 
 def collection_engine(net, obs_shape, kind: str, batch: int):
