@@ -1,6 +1,6 @@
 """What each intrinsic module costs per frame on MiniGrid, against RND, measured in one invocation.
 
-    python benchmarks/intrinsic_cost.py              # KeyCorridorS3R2, 2 rounds (~5 min of one core)
+    python benchmarks/intrinsic_cost.py              # KeyCorridorS3R2, 2 rounds (~13 min of one core)
     python benchmarks/intrinsic_cost.py --quick      # a CI-sized check of the pipeline
     python benchmarks/intrinsic_cost.py --report-only
 
@@ -89,7 +89,13 @@ def main(argv=None):
     p.add_argument("--task", default="keycorridor", choices=sorted(exploration.TASKS), help="the suite's task key")
     p.add_argument("--rounds", type=int, default=2, help="passes over the methods (alternating order)")
     p.add_argument("--short", type=int, default=4, help="updates of the short run")
-    p.add_argument("--long", type=int, default=16, help="updates of the long run")
+    p.add_argument(
+        "--long",
+        type=int,
+        default=40,
+        help="updates of the long run (40: 36 updates of signal against the start-up's noise; it was 16 up to "
+        "2026-12-01 17:30, when RND's own cost varied 0.35-0.49 ms per frame between the rounds of one run)",
+    )
     p.add_argument("--quick", action="store_true", help="CI-sized: RND and SND-V, 1 round, 1 vs 2 updates")
     p.add_argument("--result", default=None, help=f"where the JSON goes (default {RESULT}; --quick: a temp folder)")
     p.add_argument("--report-only", action="store_true", help="print the table of the saved result")
