@@ -91,7 +91,10 @@ def dense_pair():
         layer.clear_gradients()
         x.clear_grad()
 
-    return {"Paddle matmul": (lambda: fwd_bwd(False), lambda: None), "numpy BLAS": (lambda: fwd_bwd(True), lambda: None)}
+    return {
+        "Paddle matmul": (lambda: fwd_bwd(False), lambda: None),
+        "numpy BLAS": (lambda: fwd_bwd(True), lambda: None),
+    }
 
 
 def adam_pair():
@@ -137,7 +140,8 @@ def main(argv=None):
                 print(f"| {part} | {a} | {aw:.2f} | {ac:.2f} | {b} | {bw:.2f} | {bc:.2f} | {aw / bw:.2f}x |")
             r = alternate(step_pair(), args.rounds, max(1, args.reps // 2))
             (aw, ac), (bw, bc) = r["plain"], r["fast"]
-            print(f"| train step (batch {BATCH}) | plain | {aw:.1f} | {ac:.1f} | fast | {bw:.1f} | {bc:.1f} | {aw / bw:.2f}x |")
+            row = f"| train step (batch {BATCH}) | plain | {aw:.1f} | {ac:.1f} | fast | {bw:.1f} | {bc:.1f} |"
+            print(f"{row} {aw / bw:.2f}x |")
     finally:
         linear.MIN_MACS = default_macs
 
