@@ -603,3 +603,16 @@ def test_sigint_saves_a_loadable_checkpoint(tmp_path):
     ckpts = os.listdir(tmp_path / "int" / "models")
     state = load_checkpoint(str(tmp_path / "int" / "models" / ckpts[0]))
     assert len(ckpts) == 1 and state["learner"]["train_count"] >= 5 and state["replay"] is not None
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_all_finite_sees_every_nan_and_inf(bad):
+    """The one-sum-per-tensor check the DQN trainer runs after every step agrees with ``nonfinite_tensors``."""
+    from common.checkpoint import all_finite, nonfinite_tensors
+
+    w = paddle.ones([3, 4])
+    state = [{"a": paddle.zeros([2]), "b": {"w": w}}, {"n": np.zeros(2), "i": paddle.to_tensor([1, 2])}]
+    assert all_finite(state) and not nonfinite_tensors(state)
+    w[1, 2] = bad
+    assert not all_finite(state) and nonfinite_tensors(state) == ["0/b/w"]
+    assert all_finite([]) and all_finite({"i": paddle.to_tensor([7])})
