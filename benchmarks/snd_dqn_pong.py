@@ -107,28 +107,26 @@ def command(agent, seed, steps, evals, out, extra=(), resume=None, threads=0):
 
 
 # ---------------------------------------------------------------------------------- resuming
-def newest_checkpoint(run_dir):
-    """(path, train steps) of the newest periodic or final checkpoint in a run folder, or (None, 0)."""
-    best, best_step = None, 0
-    for path in glob.glob(os.path.join(run_dir, "models", "pong_*_*.pdparams")):
-        try:
-            step = int(os.path.splitext(path)[0].rsplit("_", 1)[1])
-        except ValueError:
-            continue
-        if step > best_step:
-            best, best_step = path, step
-    return best, best_step
-
-
-def prune_checkpoints(run_dir, keep=KEEP_CHECKPOINTS):
-    """Delete all but the ``keep`` newest periodic checkpoints of a run (each holds the 71 MB replay memory)."""
+def periodic_checkpoints(run_dir):
+    """``[(train steps, path)]`` of the numbered checkpoints (``pong_<agent>_<steps>.pdparams``), oldest first."""
     found = []
     for path in glob.glob(os.path.join(run_dir, "models", "pong_*_*.pdparams")):
         try:
             found.append((int(os.path.splitext(path)[0].rsplit("_", 1)[1]), path))
         except ValueError:
             continue
-    for _, path in sorted(found)[:-keep]:
+    return sorted(found)
+
+
+def newest_checkpoint(run_dir):
+    """(path, train steps) of the newest periodic or final checkpoint in a run folder, or (None, 0)."""
+    found = periodic_checkpoints(run_dir)
+    return (found[-1][1], found[-1][0]) if found else (None, 0)
+
+
+def prune_checkpoints(run_dir, keep=KEEP_CHECKPOINTS):
+    """Delete all but the ``keep`` newest periodic checkpoints of a run (each holds the 71 MB replay memory)."""
+    for _, path in periodic_checkpoints(run_dir)[:-keep]:
         os.remove(path)
 
 

@@ -66,37 +66,31 @@ class UnsafeCheckpointError(CheckpointError):
     """The file asks the unpickler for something outside ``SAFE_GLOBALS``: refused, nothing was run."""
 
 
-def nonfinite_tensors(state, prefix: str = "") -> list[str]:
-    """Paths (``policy/fc.weight``) of every float tensor or array in ``state`` with a NaN or inf."""
-    bad = []
+def _leaves(state, prefix: str = ""):
+    """``(path, value)`` of every non-container value in a nested state (``policy/fc.weight``)."""
     if isinstance(state, dict):
         for k, v in state.items():
-            bad += nonfinite_tensors(v, f"{prefix}{k}/")
+            yield from _leaves(v, f"{prefix}{k}/")
     elif isinstance(state, (list, tuple)):
         for i, v in enumerate(state):
-            bad += nonfinite_tensors(v, f"{prefix}{i}/")
-    elif isinstance(state, paddle.Tensor):
-        if state.dtype in (paddle.float32, paddle.float64):
-            if not bool(paddle.isfinite(state).all()):
-                bad.append(prefix.rstrip("/"))
-        elif state.dtype in (paddle.float16, paddle.bfloat16) and not bool(
-            paddle.isfinite(state.astype("float32")).all()
-        ):
-            bad.append(prefix.rstrip("/"))
-    elif isinstance(state, np.ndarray) and state.dtype.kind == "f" and not np.isfinite(state).all():
-        bad.append(prefix.rstrip("/"))
-    return bad
+            yield from _leaves(v, f"{prefix}{i}/")
+    else:
+        yield prefix.rstrip("/"), state
 
 
-def _float_tensors(state):
-    if isinstance(state, dict):
-        for v in state.values():
-            yield from _float_tensors(v)
-    elif isinstance(state, (list, tuple)):
-        for v in state:
-            yield from _float_tensors(v)
-    elif isinstance(state, paddle.Tensor) and state.dtype in (paddle.float32, paddle.float64):
-        yield state
+def _nonfinite(value) -> bool:
+    if isinstance(value, paddle.Tensor):
+        if value.dtype in (paddle.float32, paddle.float64):
+            return not bool(paddle.isfinite(value).all())
+        if value.dtype in (paddle.float16, paddle.bfloat16):
+            return not bool(paddle.isfinite(value.astype("float32")).all())
+        return False
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all()
+
+
+def nonfinite_tensors(state, prefix: str = "") -> list[str]:
+    """Paths (``policy/fc.weight``) of every float tensor or array in ``state`` with a NaN or inf."""
+    return [path for path, value in _leaves(state, prefix) if _nonfinite(value)]
 
 
 def all_finite(state) -> bool:
@@ -108,7 +102,11 @@ def all_finite(state) -> bool:
     weights, at magnitudes (~1e38 / size) no trained network reaches; it would count as
     non-finite. Callers that need the names ask ``nonfinite_tensors`` after a False.
     """
-    sums = [t.sum() for t in _float_tensors(state)]
+    sums = [
+        v.sum()
+        for _, v in _leaves(state)
+        if isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64)
+    ]
     return not sums or bool(paddle.isfinite(paddle.stack(sums)).all())
 
 
