@@ -231,8 +231,10 @@ class DoubleDQN:
     def targets(self, rewards, terminals, next_obs: np.ndarray) -> np.ndarray:
         """TD targets float32[B] of a batch (``double_dqn_targets`` on both networks' Q(s', .))."""
         x = to_float(next_obs)
-        q_target = self.target_net(x).numpy()
-        q_online = self.q_net(x).numpy() if self.double else q_target
+        if self.double:  # two independent passes: side by side when there are two CPU threads
+            q_target, q_online = cpu.together([lambda: self.target_net(x).numpy(), lambda: self.q_net(x).numpy()])
+        else:
+            q_target = q_online = self.target_net(x).numpy()
         return double_dqn_targets(
             np.asarray(rewards, np.float32),
             np.asarray(terminals, np.float32),

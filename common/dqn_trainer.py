@@ -368,11 +368,11 @@ class DQNTrainer:
         stats = _Mean()
         int_rewards = []
         recent = []
-        scope = contextlib.ExitStack()  # the signal handlers, and the convolution threads when no side thread
+        scope = contextlib.ExitStack()  # the signal handlers and the math threads
         scope.enter_context(self.stop)
         try:
-            if self._side is None:
-                scope.enter_context(cpu.threads(self._threads()))
+            # with the SND side thread, the two updates side by side are the parallelism: each runs whole
+            scope.enter_context(cpu.threads(1 if self._side is not None else self._threads()))
             self.keep_good_state()
             self._env = self.spec.env_factory(cfg, None)()
             obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)

@@ -79,6 +79,29 @@ def test_learner_targets_select_with_online_and_value_with_target():
     )
 
 
+def test_targets_on_two_threads_equal_one_thread():
+    """With two CPU threads the online and target passes of ``targets`` run side by side (``cpu.together``),
+    each whole: the TD targets are bit-identical to one thread's, on the real DQN network."""
+    from common import cpu
+
+    paddle.seed(1)
+    learner = DoubleDQN(DQNConvNet(4, 6), DQNConvNet(4, 6), lr=1e-3, discount=0.99, target_update_interval=10)
+    learner.learn(*_conv_batch(seed=2))  # online and target now differ (the sync happened before the step)
+    _, _, rewards, terminals, next_obs = _conv_batch(seed=3)
+    with cpu.threads(1):
+        one = learner.targets(rewards, terminals, next_obs)
+    with cpu.threads(2):
+        two = learner.targets(rewards, terminals, next_obs)
+    np.testing.assert_array_equal(one, two)
+
+
+def _conv_batch(seed, n=16):
+    rng = np.random.default_rng(seed)
+    obs = (rng.random((n, 4, 84, 84)) < 0.1).astype(np.uint8) * 255
+    next_obs = (rng.random((n, 4, 84, 84)) < 0.1).astype(np.uint8) * 255
+    return obs, rng.integers(0, 6, n), rng.random(n).astype(np.float32), np.zeros(n, np.float32), next_obs
+
+
 def test_learn_is_huber_on_the_taken_action_and_steps_adam():
     learner = make_learner()
     rng = np.random.default_rng(0)

@@ -340,15 +340,19 @@ def test_onednn_probe_inside_no_grad_still_turns_the_fast_path_on():
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("x_grad", [True, False], ids=["x-grad", "x-frozen"])
-def test_numpy_linear_matches_paddle_linear(bias, x_grad):
-    """``common.cpu.linear``: the output and every gradient of ``nn.Linear`` (the DQN's 3136 -> 512 layer)."""
-    from common.cpu import linear
+def test_numpy_linear_matches_paddle_linear(bias, x_grad, shards, monkeypatch):
+    """``common.cpu.linear``: the output and every gradient of ``nn.Linear`` (the DQN's 3136 -> 512 layer),
+    whole and with each product split across 2 shard threads (an odd batch: unequal shards)."""
+    from common.cpu import linear, sharding
 
+    split = []
+    run_shards = sharding.run
+    monkeypatch.setattr(sharding, "run", lambda fn, items: split.append(len(items)) or run_shards(fn, items))
     paddle.seed(3)
     layer = paddle.nn.Linear(3136, 512, bias_attr=None if bias else False)
-    x = paddle.randn([32, 3136])
+    x = paddle.randn([37, 3136])
     x.stop_gradient = not x_grad
-    upstream = paddle.randn([32, 512])
+    upstream = paddle.randn([37, 512])
     assert linear.applies(layer, x)
 
     def run(fn):
@@ -370,6 +374,8 @@ def test_numpy_linear_matches_paddle_linear(bias, x_grad):
         assert gx is None and gx_ref is None
     with paddle.no_grad():
         np.testing.assert_allclose(cpu.run(layer, x).numpy(), y_ref, rtol=RTOL, atol=ATOL)
+    # split in 2: the forward, the weight gradient, [the input gradient], the forward without a graph
+    assert split == ([2] * (4 if x_grad else 3) if shards == 2 else [])
 
 
 def test_small_linear_layers_stay_on_paddle(monkeypatch):
@@ -388,16 +394,61 @@ def test_small_linear_layers_stay_on_paddle(monkeypatch):
     assert calls == [big]
 
 
-def test_threads_holds_numpy_blas_to_the_trainers_thread_count():
-    """``cpu.threads(n)`` sets numpy's OpenBLAS to n threads while open and gives back the old count."""
-    from common.cpu import blas
+def test_threads_holds_numpy_blas_to_one_thread_and_sets_the_shards():
+    """``cpu.threads(n)`` holds numpy's OpenBLAS to one thread while open (the shards are the parallelism),
+    sets n shards, and gives back the old values."""
+    from common.cpu import blas, sharding
 
     before = blas.get_threads()
     if before is None:
         pytest.skip("numpy links no OpenBLAS here")
+    blas.set_threads(2)
+    try:
+        with cpu.threads(1):
+            assert blas.get_threads() == 1 and sharding.count() == 1
+            with cpu.threads(2):
+                assert blas.get_threads() == 1 and sharding.count() == 2
+            assert blas.get_threads() == 1 and sharding.count() == 1
+        assert blas.get_threads() == 2
+    finally:
+        blas.set_threads(before)
+
+
+def test_together_runs_whole_computations_side_by_side_in_the_callers_grad_mode():
+    """``cpu.together``: with two shard threads, two computations run on two threads, each seeing one shard
+    (no nested splitting) and the caller's grad mode; the results come back in order, an error is raised
+    after every computation has finished; with one thread they run one after another on the caller's."""
+    import threading
+    import time
+
+    from common.cpu import sharding
+
+    def probe(tag):
+        def fn():
+            time.sleep(0.05)
+            return tag, threading.get_ident(), sharding.count(), paddle.is_grad_enabled()
+
+        return fn
+
+    with cpu.threads(2):
+        with paddle.no_grad():
+            out = cpu.together([probe("a"), probe("b")])
+        assert [o[0] for o in out] == ["a", "b"]
+        assert out[1][1] == threading.get_ident() and out[0][1] != out[1][1]  # the last on the caller's thread
+        assert [o[2] for o in out] == [1, 1] and sharding.count() == 2
+        assert [o[3] for o in out] == [False, False] and paddle.is_grad_enabled()
+        done = []
+
+        def slow():
+            time.sleep(0.2)
+            done.append(1)
+
+        def fail():
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            cpu.together([slow, fail])
+        assert done == [1]  # the other computation had finished before the error came out
     with cpu.threads(1):
-        assert blas.get_threads() == 1
-        with cpu.threads(2):
-            assert blas.get_threads() == 2
-        assert blas.get_threads() == 1
-    assert blas.get_threads() == before
+        out = cpu.together([probe("a"), probe("b")])
+        assert {o[1] for o in out} == {threading.get_ident()}

@@ -6,8 +6,11 @@ uses only the names below; how they are fast is this package's business:
 * ``run(layer, x)``: the runner a network's ``compute(x, run)`` is trained with
   (``common.nets.Net``): runs of Conv2D + ReLU/LeakyReLU fused and, on CPU, computed on the
   oneDNN library inside Paddle's wheel, in batch shards on threads; any other layer as is.
-* ``threads(n)``: while open, large convolution batches are split into ``n`` shards run
-  on ``n`` threads (the trainer opens it around its network work).
+* ``threads(n)``: while open, large convolution and dense-layer batches are split into ``n``
+  shards run on ``n`` threads, and numpy's BLAS runs one thread (the trainer opens it around
+  its network work).
+* ``together(fns)``: independent computations (e.g. two networks' forward passes on one
+  batch) side by side on those threads, each whole; one after another with one thread.
 * ``unit_floats(obs)``: ``uint8[B, C, H, W]`` -> float32 tensor in [0, 1] (the ``/ 255``).
 * ``standardize(x, mean, inv_std, clip)``: a normalizer's ``clip((x - mean) * inv_std)``.
 * ``collection_engine(net, obs_shape, kind)``: what runs the policy's forward passes while
@@ -24,8 +27,9 @@ uses only the names below; how they are fast is this package's business:
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
 ``tests/test_native.py``, ``tests/test_snd.py``); every fast path steps aside by itself where the installed Paddle
 lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN), and GPU runs never
-use them. Modules: ``onednn`` (the C API through ctypes), ``fused`` (fused and sharded
-convolutions, the training runner), ``native`` (the collection engine), ``predictor``
+use them. Modules: ``onednn`` (the C API through ctypes), ``sharding`` (the shard threads),
+``fused`` (fused and sharded convolutions, the training runner), ``linear`` (large dense
+layers on numpy), ``blas``, ``native`` (the collection engine), ``predictor``
 (Paddle Inference), ``allocator``, ``stdim``. Measurements: ``docs/performance.md``.
 """
 
@@ -35,10 +39,11 @@ import concurrent.futures
 import contextlib
 import warnings
 
-from common.cpu import blas, onednn
+from common.cpu import blas, onednn, sharding
 from common.cpu.allocator import tune_host_allocator as tune_allocator
 from common.cpu.fused import run_layer as run
-from common.cpu.fused import set_num_shards, standardize, unit_floats
+from common.cpu.fused import standardize, unit_floats
+from common.cpu.sharding import together
 from common.cpu.stdim import stdim_losses
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "standardize",
     "stdim_losses",
     "threads",
+    "together",
     "tune_allocator",
     "unit_floats",
 ]
@@ -72,16 +78,17 @@ def set_math_threads(n: int) -> None:
 
 @contextlib.contextmanager
 def threads(n: int):
-    """While open, split large convolution batches into ``n`` shards on ``n`` threads (1: off) and let
-    numpy's BLAS use ``n`` threads (``common.cpu.blas``)."""
+    """While open, split large convolution and dense-layer batches into ``n`` shards on ``n`` threads
+    (1: off), and hold numpy's BLAS to one thread: the shards are the parallelism, and BLAS threads
+    spinning after a product would take the cores from them (``common.cpu.blas``)."""
     n = max(int(n), 1)
-    old_blas = blas.set_threads(n)
-    old = set_num_shards(n) if n > 1 else None
+    old_blas = blas.set_threads(1)
+    old = sharding.set_count(n) if n > 1 else None
     try:
         yield
     finally:
         if old is not None:
-            set_num_shards(old)
+            sharding.set_count(old)
         if old_blas is not None:
             blas.set_threads(old_blas)
 

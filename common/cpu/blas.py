@@ -1,11 +1,12 @@
 """The thread count of numpy's BLAS (the OpenBLAS numpy's wheels bundle), through its C API.
 
 numpy's matrix products (``common.cpu.linear``, ``common.cpu.stdim``) run on OpenBLAS, which
-starts one thread per core and lets them spin a while after each call. A run told to use one
-CPU thread (``--num-threads 1``, e.g. two suite runs side by side on two cores) would still put
-two threads on every product, and the spinning one takes CPU time from the other run. ``set_threads``
-is what ``common.cpu.threads`` uses to keep BLAS to the trainer's thread count. Where numpy links
-another BLAS (or none can be found) it does nothing.
+starts one thread per core and lets them spin a while after each call. Beside the trainer's own
+threads (the convolution and dense-layer shards, a side thread for the intrinsic update, or a
+second run on the other core) a spinning BLAS thread takes CPU time from them (measured in
+docs/performance.md, "The Double DQN train step on two threads"). ``set_threads`` is what ``common.cpu.threads``
+uses to hold BLAS to one thread. Where numpy links another BLAS (or none can be found) it does
+nothing.
 """
 
 from __future__ import annotations

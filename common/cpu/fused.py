@@ -27,16 +27,14 @@ the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
 
 Parameters are the layers' own, so state dicts and checkpoints are unchanged.
 ``tests/test_fast_update.py`` checks outputs and gradients against the plain layers,
-sharded and unsharded. The number of shards (``set_num_shards``) is 1 unless the trainer
-raises it while it runs the networks (``TrainConfig.num_threads``); GPU runs always use
-the plain layers' kernels.
+sharded and unsharded. The number of shards (``set_num_shards``, ``common.cpu.sharding``) is
+1 unless the trainer raises it while it runs the networks (``TrainConfig.num_threads``); GPU
+runs always use the plain layers' kernels.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -53,7 +51,7 @@ try:
 except ImportError:  # pragma: no cover - older Paddle
     _HAS_DLPACK = False
 
-from common.cpu import linear, onednn
+from common.cpu import linear, onednn, sharding
 
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
@@ -77,26 +75,7 @@ _HAS_INPLACE = all(hasattr(_C_ops, n) for n in ("subtract_", "multiply_", "clip_
 
 MIN_SHARD = 8  # samples per shard at least
 MIN_SHARD_ELEMENTS = 1 << 17  # and input elements per shard (one Mario frame stack: 28,224)
-# The shard count is a process-wide setting (threads that run networks, e.g. the trainer's side
-# thread for the intrinsic update, must see it too); only ``common.cpu.threads`` changes it.
-_num_shards = 1
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-
-
-def set_num_shards(n: int) -> int:
-    """Split convolution batches into ``n`` shards run on ``n`` threads (1 = off); returns the old value."""
-    global _num_shards, _pool, _pool_size
-    if n < 1:
-        raise ValueError(f"number of shards must be >= 1, got {n}")
-    old, _num_shards = _num_shards, int(n)
-    with _pool_lock:
-        if _num_shards > 1 and _pool_size < _num_shards:
-            if _pool is not None:
-                _pool.shutdown(wait=True)
-            _pool, _pool_size = ThreadPoolExecutor(_num_shards, thread_name_prefix="conv-shard"), _num_shards
-    return old
+set_num_shards = sharding.set_count  # the name the tests and benchmarks use
 
 
 class Geometry(NamedTuple):
@@ -160,12 +139,6 @@ def standardize(
     return paddle.clip((x - mean) * inv_std, -clip, clip)
 
 
-def _map(fn, items):
-    if len(items) == 1 or _pool is None:
-        return [fn(i) for i in items]
-    return list(_pool.map(fn, items))
-
-
 def _act(z, slope):
     return _C_ops.relu(z) if slope == 0.0 else _C_ops.leaky_relu(z, slope)
 
@@ -180,12 +153,6 @@ def _sum(tensors):
     for t in tensors[1:]:
         total = total + t
     return total
-
-
-def _shards(batch: int, n: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of up to ``n`` equal batch shards (the last may be smaller)."""
-    step = -(-batch // max(n, 1))
-    return [(i, min(i + step, batch)) for i in range(0, batch, step)]
 
 
 _HAS_ACT_GRADS = hasattr(_C_ops, "relu_grad") and hasattr(_C_ops, "leaky_relu_grad")  # not in Paddle 2.6
@@ -272,7 +239,7 @@ def _bias_act_(y, br, slope):
 def _shard_forward(w, b, attrs, slope, xs):
     """act(conv(x) + b) for every shard, one thread each; all inputs detached (no autograd here)."""
     br = b.reshape([w.shape[0], 1, 1])
-    return _map(lambda x: _bias_act_(_C_ops.conv2d(x, w, *attrs), br, slope), xs)
+    return sharding.run(lambda x: _bias_act_(_C_ops.conv2d(x, w, *attrs), br, slope), xs)
 
 
 class _ShardedConvAct(PyLayer):
@@ -305,7 +272,7 @@ class _ShardedConvAct(PyLayer):
                 dx, dw = None, dw.sum(axis=0).reshape(w.shape)
             return (dx if ctx.need_dx[i] else None), dw, _bias_grad(gy)
 
-        res = _map(one, list(range(ctx.n)))
+        res = sharding.run(one, list(range(ctx.n)))
         return (_sum([r[1] for r in res]), _sum([r[2] for r in res]), *[r[0] for r in res])
 
 
@@ -353,7 +320,7 @@ def _dnnl_forward(specs, shards, x, params):
             src, hh, ww = y.data_ptr(), conv.ho, conv.wo
         return acts
 
-    return xh, _map(run, shards)
+    return xh, sharding.run(run, shards)
 
 
 def _cat(tensors):
@@ -414,7 +381,7 @@ class _DnnlConvStack(PyLayer):
                     conv.backward_data(t, gy.data_ptr(), params[0].data_ptr(), gx.data_ptr())
             return gws, gbs, gx
 
-        res = _map(one, list(range(len(ctx.shards))))
+        res = sharding.run(one, list(range(len(ctx.shards))))
         out = []
         for i in range(len(specs)):
             out += [_sum([r[0][i] for r in res]), _sum([r[1][i] for r in res])]
@@ -435,10 +402,10 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     """
     layers = list(layers)
     # small batches and small inputs: the thread hand-offs would cost more than they save
-    n = min(_num_shards, x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
+    n = min(sharding.count(), x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
     specs = _dnnl_specs(layers, x) if paddle.in_dynamic_mode() else None
     if specs is not None:  # oneDNN: channels-last inside, NCHW out
-        shards = _shards(x.shape[0], n)
+        shards = sharding.ranges(x.shape[0], n)
         params = [p for conv, _ in layers for p in (conv.weight, conv.bias)]
         if paddle.is_grad_enabled() and not (x.stop_gradient and all(p.stop_gradient for p in params)):
             res = _DnnlConvStack.apply(specs, shards, keep, x, *params)
@@ -464,7 +431,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
             if i == keep:
                 kept = x
         return x if keep is None else (x, kept)
-    xs = [x[a:b] for a, b in _shards(x.shape[0], n)]
+    xs = [x[a:b] for a, b in sharding.ranges(x.shape[0], n)]
     grad = paddle.is_grad_enabled()
     kept = None
     for i, ((conv, slope), a) in enumerate(zip(layers, attrs)):

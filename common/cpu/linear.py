@@ -8,6 +8,13 @@ the results straight into Paddle tensors (no copies of the weight or of its grad
 math as ``nn.Linear`` up to float rounding (``tests/test_fast_update.py``). Small layers stay
 on Paddle's kernel, where a ``PyLayer``'s fixed cost would exceed the saving; GPU runs never
 come here.
+
+With more than one shard thread (``common.cpu.sharding``) each product is split across them
+along the weight's side (the output's features, the input gradient's features, the weight
+gradient's rows): each thread reads its part of the weight, and no shard's result needs adding
+to another's. numpy's BLAS itself runs one thread
+inside ``common.cpu.threads``: its idle threads spin after each product and take the cores
+the convolution shards need.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ import paddle
 import paddle.nn as nn
 from paddle.autograd import PyLayer
 
+from common.cpu import sharding
+
 #: batch x in x out multiply-adds from which numpy pays off (a 256 x 64 x 64 layer stays on Paddle)
 MIN_MACS = 1 << 21
+#: output rows or columns per shard at least (smaller products run whole)
+MIN_SHARD_SIZE = 64
 
 
 def _view(t: paddle.Tensor) -> np.ndarray:
@@ -30,10 +41,28 @@ def _view(t: paddle.Tensor) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.float32, count=n).reshape(t.shape)
 
 
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b``, split across the shard threads along ``out``'s longer side.
+
+    That side is the weight's (the batch is the short one), so each thread reads and writes its
+    own part of the weight or its gradient: ``a``'s rows or ``b``'s columns. Every part is a
+    strided view numpy hands to BLAS as it is.
+    """
+    rows = out.shape[0] >= out.shape[1]
+    size = out.shape[0 if rows else 1]
+    n = min(sharding.count(), size // MIN_SHARD_SIZE)
+    if n <= 1:
+        np.matmul(a, b, out=out)
+    elif rows:
+        sharding.run(lambda r: np.matmul(a[r[0] : r[1]], b, out=out[r[0] : r[1]]), sharding.ranges(size, n))
+    else:
+        sharding.run(lambda r: np.matmul(a, b[:, r[0] : r[1]], out=out[:, r[0] : r[1]]), sharding.ranges(size, n))
+
+
 def _forward(x: np.ndarray, w: paddle.Tensor, b: paddle.Tensor | None) -> paddle.Tensor:
     y = paddle.empty([x.shape[0], w.shape[1]], dtype="float32")
     yv = _view(y)
-    np.matmul(x, _view(w), out=yv)
+    _matmul(x, _view(w), yv)
     if b is not None:
         yv += _view(b)
     return y
@@ -53,11 +82,11 @@ class _Linear(PyLayer):
         gyn = np.ascontiguousarray(gy.numpy())
         xn, ctx.xn = ctx.xn, None
         gw = paddle.empty(w.shape, dtype="float32")
-        np.matmul(xn.T, gyn, out=_view(gw))
+        _matmul(xn.T, gyn, _view(gw))
         gx = None
         if ctx.need_dx:
             gx = paddle.empty([gyn.shape[0], w.shape[0]], dtype="float32")
-            np.matmul(gyn, _view(w).T, out=_view(gx))
+            _matmul(gyn, _view(w).T, _view(gx))
         if not ctx.has_b:
             return gx, gw
         return gx, gw, paddle.to_tensor(gyn.sum(axis=0))
