@@ -6,13 +6,17 @@
   matmul against numpy's BLAS (``common.cpu.linear``);
 * **train step**: ``DoubleDQN.learn`` on one batch of 32 (both target forward passes, the
   forward pass with gradients, the backward pass, the Adam step), plain (both speed-ups
-  off) against fast (both on), with the convolutions on oneDNN in 2 batch shards either way.
+  off) against fast (both on), with the convolutions on oneDNN in 2 batch shards either way;
+* **two threads**: the same fast train step on two threads as it ran before
+  (numpy's BLAS on two threads, the dense layers whole, the two target passes one after
+  the other) against now (BLAS on one thread, the dense products split over the shard
+  threads, the target passes side by side: ``cpu.together``), and one thread against now.
 
 Each pair runs in rounds (ABAB...) in one process on the same inputs, so both see the same
 machine; the ratio is what counts on a shared machine. Times are wall-clock ms (what sets train
 steps per second) and the process' CPU ms (every thread).
 
-    python benchmarks/dqn_step.py              # 5 rounds (~1 min)
+    python benchmarks/dqn_step.py              # 5 rounds (~2 min)
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import paddle  # noqa: E402
 
 from common import cpu  # noqa: E402
-from common.cpu import linear  # noqa: E402
+from common.cpu import blas, linear, sharding  # noqa: E402
 from common.dqn import KERAS_ADAM_EPSILON, DoubleDQN, DQNConvNet  # noqa: E402
 
 BATCH = 32
@@ -121,6 +125,28 @@ def step_pair():
     }
 
 
+def threads_pair():
+    """The fast step three ways: on two threads as before this version, on two threads now, on one thread."""
+    args = batch()
+    d = learner(True)
+    default_size, together = linear.MIN_SHARD_SIZE, cpu.together
+
+    def use(threads, before=False):
+        sharding.set_count(threads)
+        blas.set_threads(2 if before else 1)
+        linear.MIN_SHARD_SIZE = 1 << 62 if before else default_size
+        cpu.together = (lambda fns: [fn() for fn in fns]) if before else together
+
+    def reset():
+        use(2)
+
+    return {
+        "2 threads, before": (lambda: d.learn(*args), lambda: use(2, before=True)),
+        "2 threads, now": (lambda: d.learn(*args), lambda: use(2)),
+        "1 thread": (lambda: d.learn(*args), lambda: use(1)),
+    }, reset
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5, help="ABAB rounds per comparison")
@@ -142,6 +168,16 @@ def main(argv=None):
             (aw, ac), (bw, bc) = r["plain"], r["fast"]
             row = f"| train step (batch {BATCH}) | plain | {aw:.1f} | {ac:.1f} | fast | {bw:.1f} | {bc:.1f} |"
             print(f"{row} {aw / bw:.2f}x |")
+            pair, reset = threads_pair()
+            try:
+                r = alternate(pair, args.rounds, max(1, args.reps // 2))
+            finally:
+                reset()
+            (nw, nc) = r["2 threads, now"]
+            for base in ("2 threads, before", "1 thread"):
+                (aw, ac) = r[base]
+                row = f"| train step (batch {BATCH}) | {base} | {aw:.1f} | {ac:.1f} | 2 threads, now |"
+                print(f"{row} {nw:.1f} | {nc:.1f} | {aw / nw:.2f}x |")
     finally:
         linear.MIN_MACS = default_macs
 
