@@ -115,8 +115,9 @@ class DQNConvNet(Net):
 
 def to_float(obs: np.ndarray) -> paddle.Tensor:
     """uint8[B, C, H, W] -> float32 tensor in [0, 1] (SRL's ImageProcessor ``enable_norm``)."""
-    if obs.dtype != np.uint8:
-        raise ValueError(f"observations must be uint8, got {obs.dtype}")
+    obs = np.asarray(obs)
+    if obs.dtype != np.uint8 or obs.ndim != 4:
+        raise ValueError(f"observations must be uint8 [B, C, H, W], got {obs.dtype} {obs.shape}")
     return cpu.unit_floats(obs)
 
 

@@ -36,8 +36,8 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from common import cpu
 from common.checkpoint import optimizer_state, set_optimizer_state
+from common.dqn import to_float
 from common.intrinsic.base import IntrinsicModule
 from common.optim import adam
 
@@ -110,16 +110,9 @@ class SNDVArticle(IntrinsicModule):
         self.rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ inputs
-    @staticmethod
-    def _x(obs: np.ndarray) -> paddle.Tensor:
-        obs = np.asarray(obs)
-        if obs.dtype != np.uint8 or obs.ndim != 4:
-            raise ValueError(f"observations must be uint8 [B, C, H, W], got {obs.dtype} {obs.shape}")
-        return cpu.unit_floats(obs)
-
     def _noisy(self, obs: np.ndarray) -> paddle.Tensor:
         """uint8 states -> float32 in [0, 1] plus U(-noise, noise) (drawn from ``self.rng``)."""
-        x = self._x(obs)
+        x = to_float(obs)
         if self.noise > 0:
             u = self.rng.random(obs.shape, dtype=np.float32)
             x = x + paddle.to_tensor(u * np.float32(2 * self.noise) - np.float32(self.noise))
@@ -134,7 +127,7 @@ class SNDVArticle(IntrinsicModule):
         """``sum_k (target(s) - predictor(s))^2`` of uint8[B, C, H, W] -> float32[B]."""
         out = []
         for i in range(0, len(obs), _CHUNK):
-            x = self._x(obs[i : i + _CHUNK])
+            x = to_float(obs[i : i + _CHUNK])
             err = self.target(x) - self.predictor(x)
             out.append((err * err).sum(axis=1).numpy())
         return np.concatenate(out).astype(np.float32)
@@ -142,7 +135,7 @@ class SNDVArticle(IntrinsicModule):
     @paddle.no_grad()
     def features(self, obs: np.ndarray) -> np.ndarray:
         return np.concatenate(
-            [self.target(self._x(obs[i : i + _CHUNK])).numpy() for i in range(0, len(obs), _CHUNK)]
+            [self.target(to_float(obs[i : i + _CHUNK])).numpy() for i in range(0, len(obs), _CHUNK)]
         ).astype(np.float32)
 
     def contrastive_inputs(self, states1: np.ndarray, states2: np.ndarray):
@@ -176,8 +169,8 @@ class SNDVArticle(IntrinsicModule):
     def distill(self, obs: np.ndarray, next_obs: np.ndarray) -> float:
         """One predictor step on a Q batch (uint8 [B, ...] each); returns the MSE (not applied when non-finite)."""
         with paddle.no_grad():
-            z_t = self.target(self._x(next_obs))
-        z_p = self.predictor(self._x(next_obs if self.distill_pairing == "same" else obs))
+            z_t = self.target(to_float(next_obs))
+        z_p = self.predictor(to_float(next_obs if self.distill_pairing == "same" else obs))
         loss = ((z_p - z_t) ** 2).mean()
         value = float(loss)
         self.predictor_opt.clear_grad()
