@@ -4,9 +4,9 @@ numpy's matrix products (``common.cpu.linear``, ``common.cpu.stdim``) run on Ope
 starts one thread per core and lets them spin a while after each call. Beside the trainer's own
 threads (the convolution and dense-layer shards, a side thread for the intrinsic update, or a
 second run on the other core) a spinning BLAS thread takes CPU time from them (measured in
-docs/performance.md, "The Double DQN train step on two threads"). ``set_threads`` is what ``common.cpu.threads``
-uses to hold BLAS to one thread. Where numpy links another BLAS (or none can be found) it does
-nothing.
+docs/performance.md, "The Double DQN train step on two threads"). ``set_threads`` is what
+``common.cpu.threads`` uses to hold BLAS to one thread. Where numpy links another BLAS (or none
+can be found) it does nothing.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ on Paddle's kernel, where a ``PyLayer``'s fixed cost would exceed the saving; GP
 come here.
 
 With more than one shard thread (``common.cpu.sharding``) each product is split across them
-along the weight's side (the output's features, the input gradient's features, the weight
-gradient's rows): each thread reads its part of the weight, and no shard's result needs adding
-to another's. numpy's BLAS itself runs one thread
-inside ``common.cpu.threads``: its idle threads spin after each product and take the cores
-the convolution shards need.
+along its output's longer side, at the DQN's batch the weight's (the output's features, the
+input gradient's features, the weight gradient's rows): each thread reads its part of the
+weight, and no shard's result needs adding to another's. numpy's BLAS itself runs one thread
+inside ``common.cpu.threads``: its idle threads spin after each product and take the cores the
+convolution shards need.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _view(t: paddle.Tensor) -> np.ndarray:
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = a @ b``, split across the shard threads along ``out``'s longer side.
 
-    That side is the weight's (the batch is the short one), so each thread reads and writes its
+    When the batch is the shorter side, that is the weight's, so each thread reads or writes its
     own part of the weight or its gradient: ``a``'s rows or ``b``'s columns. Every part is a
     strided view numpy hands to BLAS as it is.
     """
