@@ -6,11 +6,14 @@ distillation on its 25 % share) at the Mario minibatch of the tutorial's setting
 so that a change in the machine's load hits both settings alike. ``--lever shards`` (the
 trainer's ``--num-threads``) splits each convolution batch into N shards on N threads
 (``common/cpu/fused.py``); ``--lever paddle`` sets Paddle's own math threads
-(``paddle.base.core.set_num_threads``), which the trainer does not use. Prints the median
-and minimum per setting.
+(``paddle.base.core.set_num_threads``), which the trainer does not use. ``--lever dense``
+compares, both on N shard threads, the dense layers as before (numpy's BLAS on N threads,
+each product whole) against now (BLAS on one thread, the products split over the shard
+threads: ``common/cpu/linear.py``). Prints the median and minimum per setting.
 
     python benchmarks/update_threads.py                  # shards, N = os.cpu_count(), 5 rounds
     python benchmarks/update_threads.py --lever paddle --threads 2 --rounds 8 --steps 3
+    python benchmarks/update_threads.py --lever dense
 """
 
 from __future__ import annotations
@@ -75,12 +78,15 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5, help="alternations of 1 and N threads")
     p.add_argument("--steps", type=int, default=2, help="minibatch steps timed per round and setting")
     p.add_argument("--games", nargs="*", default=["mario:192", "montezuma:256"])
-    p.add_argument("--lever", choices=["shards", "paddle"], default="shards")
+    p.add_argument("--lever", choices=["shards", "paddle", "dense"], default="shards")
     a = p.parse_args(argv)
+    if a.threads < 2:
+        p.error(f"--threads {a.threads}: expected at least 2 (the comparison is against 1)")
 
     import numpy as np
     import paddle
 
+    from common.cpu import blas, linear
     from common.cpu.fused import set_num_shards
     from common.device import set_device
 
@@ -88,6 +94,16 @@ def main(argv=None):
     paddle.seed(0)
     core = paddle.base.core
     set_threads = set_num_shards if a.lever == "shards" else core.set_num_threads
+    labels = {1: "1 thread", a.threads: f"{a.threads} threads"}
+    if a.lever == "dense":  # "1" is the dense layers as before, "N" as now; both on N shard threads
+        split_size = linear.MIN_SHARD_SIZE
+
+        def set_threads(setting):
+            set_num_shards(a.threads)
+            blas.set_threads(a.threads if setting == 1 else 1)
+            linear.MIN_SHARD_SIZE = 1 << 62 if setting == 1 else split_size
+
+        labels = {1: "dense as before", a.threads: "dense now"}
     print(f"load average {os.getloadavg()[0]:.2f} at start, {os.cpu_count()} CPUs")
     for spec in a.games:
         game, n = spec.split(":")
@@ -107,9 +123,13 @@ def main(argv=None):
         set_threads(1)
         m1, mn = np.median(times[1]), np.median(times[a.threads])
         print(
-            f"{game} batch {n}, {a.lever}: 1 thread median {m1:.0f} ms (min {min(times[1]):.0f}), "
-            f"{a.threads} threads median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x"
+            f"{game} batch {n}, {a.lever}: {labels[1]} median {m1:.0f} ms (min {min(times[1]):.0f}), "
+            f"{labels[a.threads]} median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x"
         )
+    if a.lever == "dense":
+        set_num_shards(1)
+        blas.set_threads(a.threads)
+        linear.MIN_SHARD_SIZE = split_size
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
