@@ -26,10 +26,12 @@ train steps) in one chart.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from common.launch import SIGNAL_EXIT  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
 AGENTS = {"dqn": "DQN (epsilon 0.1)", "dqn-e0": "DQN_e0 (epsilon 0)", "snd": "SND (SND-V, epsilon 0)"}
@@ -56,6 +59,7 @@ SPEED_STEPS = 300
 # mid-run loses minutes, and the benchmark keeps only the newest two of those checkpoints per run
 SAVES_PER_RUN = 40
 KEEP_CHECKPOINTS = 2
+SIGTERM_EXIT = SIGNAL_EXIT[signal.SIGTERM]  # a trainer stopped by SIGTERM, its checkpoint saved
 
 
 def run_name(agent, seed):
@@ -237,7 +241,28 @@ def refresh_summaries(results, out) -> list:
 
 
 # ---------------------------------------------------------------------------------- running
+@dataclasses.dataclass
+class _Running:
+    """One run's process in ``run_all``."""
+
+    agent: str
+    seed: int
+    argv: list
+    proc: subprocess.Popen
+    log: object
+    started: float
+    resumed_at: int
+    threads: int  # its --num-threads (0: all cores)
+    widening: bool = False  # stopped (SIGTERM: it saves) to restart on all cores
+
+
 def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
+    """Run the agents' missing runs, ``jobs`` at a time, each resumed from its newest checkpoint.
+
+    Runs that share the machine get one CPU thread each; a run that has it alone gets all
+    cores. So when the last other run finishes, the remaining one is stopped (SIGTERM: it
+    saves a checkpoint at that step, with its replay memory) and restarted on all cores.
+    """
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     todo = [
         (a, k)
@@ -246,11 +271,11 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
         if not os.path.exists(os.path.join(results, f"{run_name(a, k)}.json"))
     ]
     print(f"{len(todo)} runs to do ({steps:,} train steps each); summaries in {results}", flush=True)
-    threads = 1 if jobs > 1 else 0
     pending, running, failed = list(todo), [], []
     while pending or running:
         while pending and len(running) < jobs:
             agent, seed = pending.pop(0)
+            threads = 1 if jobs > 1 and (pending or running) else 0
             run_dir = os.path.join(out, run_name(agent, seed))
             ckpt, done_steps = newest_checkpoint(run_dir)
             if ckpt is None and os.path.isdir(run_dir):
@@ -262,30 +287,36 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
             os.makedirs(out, exist_ok=True)
             log = open(os.path.join(out, run_name(agent, seed) + ".log"), "a")
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            running.append(((agent, seed), argv, proc, log, time.time(), done_steps))
-            print(f"[{time.strftime('%H:%M:%S')}] start {run_name(agent, seed)}", flush=True)
+            running.append(_Running(agent, seed, argv, proc, log, time.time(), done_steps, threads))
+            cores = "1 thread" if threads == 1 else "all cores"
+            print(f"[{time.strftime('%H:%M:%S')}] start {run_name(agent, seed)} on {cores}", flush=True)
         time.sleep(1)
-        for item in list(running):
-            (agent, seed), argv, proc, log, t0, resumed_at = item
-            if proc.poll() is None:
-                prune_checkpoints(os.path.join(out, run_name(agent, seed)))
+        for r in list(running):
+            name = run_name(r.agent, r.seed)
+            if r.proc.poll() is None:
+                prune_checkpoints(os.path.join(out, name))
                 continue
-            running.remove(item)
-            log.close()
-            secs = time.time() - t0
-            name = run_name(agent, seed)
-            if proc.returncode == 0:
-                run_dir = os.path.join(out, name)
-                summary = summarize_run(run_dir, agent, seed, steps, secs, argv)
-                if resumed_at:  # this process ran only part of the run: rate from the steps it did
-                    summary["resumed_at"] = resumed_at
-                    summary["train_steps_per_sec"] = round((steps - resumed_at) / max(secs, 1e-9), 2)
+            running.remove(r)
+            r.log.close()
+            secs = time.time() - r.started
+            if r.widening and r.proc.returncode == SIGTERM_EXIT:
+                pending.insert(0, (r.agent, r.seed))
+                print(f"[{time.strftime('%H:%M:%S')}] stopped {name} to restart it on all cores", flush=True)
+                continue
+            if r.proc.returncode == 0:
+                summary = summarize_run(os.path.join(out, name), r.agent, r.seed, steps, secs, r.argv)
+                if r.resumed_at:  # this process ran only part of the run: rate from the steps it did
+                    summary["resumed_at"] = r.resumed_at
+                    summary["train_steps_per_sec"] = round((steps - r.resumed_at) / max(secs, 1e-9), 2)
                 write_json_atomic(os.path.join(results, name + ".json"), summary)
                 note = f"eval return at the end {summary['eval_return_at_end']}"
             else:
                 failed.append(name)
-                note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
+                note = f"FAILED rc={r.proc.returncode}, see {os.path.join(out, name + '.log')}"
             print(f"[{time.strftime('%H:%M:%S')}] done {name} in {secs:.0f} s: {note}", flush=True)
+        if not pending and len(running) == 1 and running[0].threads == 1 and not running[0].widening:
+            running[0].widening = True
+            running[0].proc.send_signal(signal.SIGTERM)
     return failed
 
 
@@ -536,7 +567,12 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=1, help="seeds per agent (0 .. seeds-1); the article ran one")
     p.add_argument("--train-steps", type=int, default=ARTICLE_STEPS, help="train steps per run (the article: 100,000)")
     p.add_argument("--evals", type=int, default=50, help="greedy evaluations per run, evenly spaced")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (more than 1: one CPU thread each)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time (more than 1: one CPU thread each; the last one left restarts on all cores)",
+    )
     p.add_argument(
         "--out",
         default=None,

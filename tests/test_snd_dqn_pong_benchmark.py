@@ -124,3 +124,54 @@ def test_refresh_gives_a_resumed_run_its_whole_wall_time(tmp_path):
     assert (new["code_commit"], new["resumed_at"], new["seconds"]) == ("abc", 36000, 1800.0)  # how it was made
     row = next(x for x in (docs / "snd_dqn_pong.md").read_text().splitlines() if x.startswith("| DQN (epsilon 0.1)"))
     assert row.endswith("| 13.3 | 66 | 1.50 |")  # 72,000 train steps / 5,400 s
+
+
+FAKE_TRAINER = r"""
+import json, os, signal, sys, time
+agent, run_dir, threads, resume, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+os.makedirs(os.path.join(run_dir, "models"), exist_ok=True)
+with open(os.path.join(run_dir, "starts.jsonl"), "a") as f:
+    f.write(json.dumps({"threads": threads, "resume": resume}) + "\n")
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+t0 = time.time()
+while time.time() - t0 < seconds and not stop:
+    time.sleep(0.05)
+steps = 300 if stop else 600
+open(os.path.join(run_dir, "models", f"pong_{agent}_{steps}.pdparams"), "wb").close()
+with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+    f.write(json.dumps({"tag": "eval/return", "step": steps, "value": 1.0}) + "\n")
+sys.exit(143 if stop else 0)
+"""
+
+
+def test_the_last_run_left_is_restarted_on_all_cores(tmp_path, monkeypatch):
+    """With --jobs 2 the runs get one thread each; when one finishes, the other is stopped with SIGTERM (a
+    trainer saves and exits 143) and restarted from that checkpoint on all cores; both summaries are written."""
+    fake = tmp_path / "fake_trainer.py"
+    fake.write_text(FAKE_TRAINER)
+    out, results = tmp_path / "runs", tmp_path / "results"
+    results.mkdir()
+
+    def command(agent, seed, steps, evals, out_dir, extra=(), resume=None, threads=0):
+        run_dir = os.path.join(out_dir, bench.run_name(agent, seed))
+        seconds = {"dqn": 0.5, "snd": 60.0}[agent] if threads == 1 else 0.1
+        return [sys.executable, str(fake), agent, run_dir, str(threads), resume or "", str(seconds)]
+
+    monkeypatch.setattr(bench, "command", command)
+    failed = bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, [])
+    assert failed == []
+    assert sorted(p.name for p in results.iterdir()) == ["pong_dqn_seed0.json", "pong_snd_seed0.json"]
+    starts = [json.loads(x) for x in (out / "pong_snd_seed0" / "starts.jsonl").read_text().splitlines()]
+    assert starts[0] == {"threads": "1", "resume": ""}
+    assert starts[1]["threads"] == "0" and starts[1]["resume"].endswith("pong_snd_300.pdparams")
+    dqn_starts = (out / "pong_dqn_seed0" / "starts.jsonl").read_text().splitlines()
+    assert [json.loads(x)["threads"] for x in dqn_starts] == ["1"]
+    assert json.loads((results / "pong_snd_seed0.json").read_text())["resumed_at"] == 300
+    # one run at a time: each on all cores from the start, never stopped
+    out1, results1 = tmp_path / "runs1", tmp_path / "results1"
+    results1.mkdir()
+    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out1), str(results1), 1, []) == []
+    for agent in ("dqn", "snd"):
+        lines = (out1 / f"pong_{agent}_seed0" / "starts.jsonl").read_text().splitlines()
+        assert [json.loads(x)["threads"] for x in lines] == ["0"]
