@@ -96,7 +96,7 @@ def main(argv=None):
     set_threads = set_num_shards if a.lever == "shards" else core.set_num_threads
     labels = {1: "1 thread", a.threads: f"{a.threads} threads"}
     if a.lever == "dense":  # "1" is the dense layers as before, "N" as now; both on N shard threads
-        split_size = linear.MIN_SHARD_SIZE
+        split_size, blas_before = linear.MIN_SHARD_SIZE, blas.get_threads()
 
         def set_threads(setting):
             set_num_shards(a.threads)
@@ -126,9 +126,10 @@ def main(argv=None):
             f"{game} batch {n}, {a.lever}: {labels[1]} median {m1:.0f} ms (min {min(times[1]):.0f}), "
             f"{labels[a.threads]} median {mn:.0f} ms (min {min(times[a.threads]):.0f}): {m1 / mn:.2f}x"
         )
-    if a.lever == "dense":
+    if a.lever == "dense":  # as it was
         set_num_shards(1)
-        blas.set_threads(a.threads)
+        if blas_before is not None:
+            blas.set_threads(blas_before)
         linear.MIN_SHARD_SIZE = split_size
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
