@@ -51,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.intervals import bootstrap_diff  # noqa: E402
 from common.config import process_umask  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
@@ -115,7 +116,6 @@ PLAN = (
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames
 CURVE_POINTS = 40  # curve points per run in its summary
 HALF = 0.5  # the success rate of "frames to 50 %"
-BOOTSTRAP = 10_000
 START, END = "<!-- exploration-table:start -->", "<!-- exploration-table:end -->"
 RESULTS = os.path.join(ROOT, "docs", "results", "exploration")
 #: benchmarks/intrinsic_cost.py: the methods it times and where its result goes (the report shows it)
@@ -313,16 +313,6 @@ def load_summaries(results) -> dict:
     for runs in out.values():
         runs.sort(key=lambda s: s["seed"])
     return out
-
-
-def bootstrap_diff(a, b, n=BOOTSTRAP, seed=0):
-    """95 % bootstrap interval of mean(a) - mean(b), seeds resampled within each group."""
-    rng = np.random.default_rng(seed)
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    da = a[rng.integers(0, len(a), size=(n, len(a)))].mean(1)
-    db = b[rng.integers(0, len(b), size=(n, len(b)))].mean(1)
-    lo, hi = np.percentile(da - db, [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def frames_to_half(summary) -> int | None:

@@ -43,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.intervals import bootstrap_diff, bootstrap_mean  # noqa: E402
 from common.launch import SIGNAL_EXIT  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
@@ -51,6 +52,7 @@ COLORS = {"dqn": "C0", "dqn-e0": "C1", "snd": "C2"}
 ARTICLE_STEPS = 100_000
 CURVE_POINTS = 50
 FINAL_WINDOW = 0.1  # "at the end": the last 10 % of the train steps
+LATE_WINDOW = 0.5  # the comparison's window: the evaluations in the second half of the train steps
 RESULTS = os.path.join(ROOT, "docs", "results", "snd_dqn_pong")
 START, END = "<!-- snd-dqn-pong-results:start -->", "<!-- snd-dqn-pong-results:end -->"
 SPEED_START, SPEED_END = "<!-- snd-dqn-pong-speed:start -->", "<!-- snd-dqn-pong-speed:end -->"
@@ -431,8 +433,54 @@ def markdown(summaries, agents) -> str:
             f"{_num(np.mean([s['cpu_ms_per_train_step'] or np.nan for s in runs]), 0)} | "
             f"{_num(np.mean([_hours(s) for s in runs]), 2)} |"
         )
+    lines += late_comparison(summaries, agents)
     lines += ["", END]
     return "\n".join(lines)
+
+
+def late_evals(summary) -> np.ndarray:
+    """float[k]: the greedy evaluation returns of the run's second half (train steps > LATE_WINDOW x its length)."""
+    steps, ret = np.array(summary["eval_curve"]["steps"]), np.array(summary["eval_curve"]["return"], float)
+    return ret[steps > summary["train_steps"] * (1 - LATE_WINDOW)]
+
+
+def late_comparison(summaries, agents) -> list:
+    """The second half's mean eval return per agent with 95 % bootstrap intervals, and its difference to DQN's.
+
+    With one run per agent the games of that run are resampled: the interval says how much the mean of that
+    many 5-point games moves, not how much another seed would. With several seeds per agent, seeds are."""
+    have = [a for a in agents if summaries.get(a)]
+    if not have:
+        return []
+    one_run = all(len(summaries[a]) == 1 for a in have)
+    unit = "games of the one run" if one_run else "seeds (each seed's mean over its games)"
+
+    def sample(agent):
+        runs = summaries[agent]
+        return late_evals(runs[0]) if one_run else np.array([late_evals(s).mean() for s in runs])
+
+    lines = [
+        "",
+        f"Second half of each run (greedy evaluations after {1 - LATE_WINDOW:.0%} of the train steps): mean eval "
+        f"return with a 95 % bootstrap interval, resampling {unit}, and its difference to DQN's.",
+        "",
+        "| agent | evaluations | eval return, 2nd half [95% CI] | Δ vs DQN [95% CI] |",
+        "|---|---|---|---|",
+    ]
+    base = sample("dqn") if "dqn" in have else None
+    for agent in have:
+        v = sample(agent)
+        if not len(v):
+            lines.append(f"| {AGENTS[agent]} | 0 | - | |")
+            continue
+        lo, hi = bootstrap_mean(v)
+        delta = ""
+        if agent != "dqn" and base is not None and len(base):
+            dlo, dhi = bootstrap_diff(v, base)
+            delta = f"{v.mean() - base.mean():+.2f} [{dlo:+.2f}, {dhi:+.2f}]"
+        count = sum(len(late_evals(s)) for s in summaries[agent])
+        lines.append(f"| {AGENTS[agent]} | {count} | {v.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] | {delta} |")
+    return lines
 
 
 def speed_markdown(speed) -> str:

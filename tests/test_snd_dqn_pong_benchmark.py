@@ -95,6 +95,10 @@ def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
     assert "| DQN (epsilon 0.1) | 1 | 6,000 | +1.00 |" in text and "| DQN_e0 (epsilon 0) | 0 | not run yet" in text
     # 100k steps at 10 steps/s = 2.8 h of wall time; 66 ms x 100k steps = 1.83 CPU hours
     assert "| dqn | valid | 10.0 | 2.8 | 66 | 1.83 | 2.0 / 2.0 |" in text
+    # second half (train steps > 3,000): DQN's games -3, +1 and SND's -4, +2, one run each: games resampled
+    assert "resampling games of the one run" in text
+    assert "| DQN (epsilon 0.1) | 2 | -1.00 [-3.00, +1.00] |  |" in text
+    assert "| SND (SND-V, epsilon 0) | 2 | -1.00 [-4.00, +2.00] | +0.00 [" in text
     assert (docs / "snd_dqn_pong.png").stat().st_size > 0
     bench.main(["--report-only", "--results", str(results), "--docs", str(docs)])  # idempotent: blocks replaced
     assert (docs / "snd_dqn_pong.md").read_text() == text
@@ -175,3 +179,20 @@ def test_the_last_run_left_is_restarted_on_all_cores(tmp_path, monkeypatch):
     for agent in ("dqn", "snd"):
         lines = (out1 / f"pong_{agent}_seed0" / "starts.jsonl").read_text().splitlines()
         assert [json.loads(x)["threads"] for x in lines] == ["0"]
+
+
+def test_late_comparison_separates_clearly_different_runs_and_resamples_seeds():
+    late = [-5.0] * 10 + [4.0, 5.0, 3.0, 4.0, 5.0, 4.0, 3.0, 5.0, 4.0, 4.0]
+    flat = [-5.0] * 10 + [-1.0, -2.0, -1.0, 0.0, -1.0, -2.0, -1.0, -1.0, 0.0, -1.0]
+    one = {"dqn": [fake_summary("dqn", 0, flat)], "snd": [fake_summary("snd", 0, late)]}
+    row = next(x for x in bench.late_comparison(one, ["dqn", "snd"]) if x.startswith("| SND"))
+    delta = row.split("|")[4]  # +5.10 [lo, hi]: the interval excludes 0
+    lo = float(delta[delta.index("[") + 1 : delta.index(",")])
+    assert delta.strip().startswith("+5.10") and lo > 0
+    seeds = {
+        "dqn": [fake_summary("dqn", k, flat) for k in (0, 1)],
+        "snd": [fake_summary("snd", k, late) for k in (0, 1)],
+    }
+    text = "\n".join(bench.late_comparison(seeds, ["dqn", "dqn-e0", "snd"]))
+    assert "resampling seeds" in text and "| SND (SND-V, epsilon 0) | 20 | +4.10 [+4.10, +4.10] |" in text
+    assert "DQN_e0" not in text  # not run: no row
