@@ -452,12 +452,12 @@ def late_comparison(summaries, agents) -> list:
     have = [a for a in agents if summaries.get(a)]
     if not have:
         return []
-    one_run = all(len(summaries[a]) == 1 for a in have)
+    late = {a: [late_evals(s) for s in summaries[a]] for a in have}  # per agent, per seed
+    one_run = all(len(runs) == 1 for runs in late.values())
     unit = "games of the one run" if one_run else "seeds (each seed's mean over its games)"
 
     def sample(agent):
-        runs = summaries[agent]
-        return late_evals(runs[0]) if one_run else np.array([late_evals(s).mean() for s in runs])
+        return late[agent][0] if one_run else np.array([v.mean() for v in late[agent]])
 
     lines = [
         "",
@@ -478,7 +478,7 @@ def late_comparison(summaries, agents) -> list:
         if agent != "dqn" and base is not None and len(base):
             dlo, dhi = bootstrap_diff(v, base)
             delta = f"{v.mean() - base.mean():+.2f} [{dlo:+.2f}, {dhi:+.2f}]"
-        count = sum(len(late_evals(s)) for s in summaries[agent])
+        count = sum(len(v) for v in late[agent])
         lines.append(f"| {AGENTS[agent]} | {count} | {v.mean():+.2f} [{lo:+.2f}, {hi:+.2f}] | {delta} |")
     return lines
 
