@@ -5,7 +5,7 @@ Phases (default: all three in order):
             run as a subprocess for --minutes of wall clock, then SIGINT (the trainer saves and exits)
   baseline  uniform-random actions in MarioEnv 1-1 for --baseline-episodes episodes or
             --baseline-minutes, whichever comes first; final x_pos per episode -> baseline.json
-  plot      docs/mario_learning.png and docs/mario_learning.md from the run folder
+  plot      docs/mario_tutorial_hour.png and docs/mario_tutorial_hour.md from the run folder
 
     python benchmarks/mario_learning.py                       # everything, 60 minutes of training
     python benchmarks/mario_learning.py --phase train         # only the training run
@@ -191,7 +191,7 @@ def plot(run_dir, args):
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     os.makedirs(args.docs, exist_ok=True)
-    png = os.path.join(args.docs, "mario_learning.png")
+    png = os.path.join(args.docs, "mario_tutorial_hour.png")
     fig.savefig(png, dpi=120)
     print("wrote", png)
 
@@ -231,7 +231,7 @@ def plot(run_dir, args):
         "CPU machine (other jobs were running). An episode ends when Mario loses a life or reaches the flag "
         "(single-stage env), so `x_pos` is how far he got on that life.",
         "",
-        "![episode x_pos over agent steps](mario_learning.png)",
+        "![episode x_pos over agent steps](mario_tutorial_hour.png)",
         "",
         "| quantity | value |",
         "| --- | --- |",
@@ -313,7 +313,7 @@ def plot(run_dir, args):
         f"--plot-only {os.path.relpath(run_dir, ROOT)}`.",
         "",
     ]
-    md = os.path.join(args.docs, "mario_learning.md")
+    md = os.path.join(args.docs, "mario_tutorial_hour.md")
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("wrote", md)

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import typing
 from dataclasses import dataclass, field
 
@@ -101,6 +102,23 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A named set of defaults for a game's flags (``--recipe NAME``): ``values`` maps field names to
+    values; flags typed on the command line still win. ``why`` says what the recipe is for and where
+    its choices come from; ``--help`` prints both, generated from this one object."""
+
+    why: str
+    values: dict
+
+    def describe(self) -> str:
+        """The recipe as the flags it stands for: ``--world 1 --stage 1 ... --stop-when-solved``."""
+        return " ".join(
+            (f"--{_flag(k)}" if v else f"--no-{_flag(k)}") if isinstance(v, bool) else f"--{_flag(k)} {v}"
+            for k, v in self.values.items()
+        )
+
+
 @dataclass
 class RunConfig:
     """What every training loop needs: seed, device, the run's folders, a checkpoint to resume.
@@ -165,8 +183,16 @@ class RunConfig:
 class TrainConfig(RunConfig):
     """PPO settings shared by every game. Game configs subclass this and change defaults."""
 
+    #: ``{name: Recipe}``: the named sets of defaults ``--recipe`` accepts (a class attribute, not a field)
+    RECIPES: typing.ClassVar[dict] = {}
+
     # --- run -------------------------------------------------------------------------
     seed: int = default(314)
+    recipe: str = arg(
+        "",
+        "a named set of defaults for this game's flags, applied before the flags you type (which win); "
+        "empty: the defaults shown. The recipes and their settings are listed at the end of --help",
+    )
     num_threads: int = arg(
         0,
         "CPU threads for the networks: each large enough convolution batch runs as "
@@ -203,6 +229,11 @@ class TrainConfig(RunConfig):
     )
     max_actions: int = arg(512, "evaluation stops when the greedy policy repeats one action this many times")
     max_eval_steps: int = arg(20_000, "hard cap on agent steps in one evaluation episode")
+    stop_when_solved: bool = arg(
+        False,
+        "end the run (saving a checkpoint) once a greedy evaluation solves the level (Mario: reaches the "
+        "flag); the solving policy is saved as the game's success checkpoint either way",
+    )
     histogram_interval: int = arg(10, "log histograms of intrinsic rewards and advantages every N updates (0: never)")
     embedding_interval: int = arg(50, "log target-network embeddings of recent states every N updates (0: never)")
     picture_interval: int = arg(
@@ -334,6 +365,12 @@ class TrainConfig(RunConfig):
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
         super().validate()
+        need(
+            not self.recipe or self.recipe in self.RECIPES,
+            "recipe",
+            self.recipe,
+            f"one of {', '.join(self.RECIPES)}" if self.RECIPES else "nothing: this game has no recipes",
+        )
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(
@@ -365,6 +402,10 @@ class TrainConfig(RunConfig):
         )
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each flag; the description and the recipes' epilog keep their line breaks."""
+
+
 def _field_type(cls, f):
     hints = typing.get_type_hints(cls)
     return hints[f.name]
@@ -372,8 +413,19 @@ def _field_type(cls, f):
 
 def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
     """argparse parser with one ``--kebab-case`` flag per field of ``cls``."""
+    recipes = getattr(cls, "RECIPES", {})
+    epilog = "recipes (--recipe NAME):\n" + "\n".join(
+        textwrap.fill(f"{name}: {r.why}", 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+        + "\n"
+        + textwrap.fill(
+            f"sets {r.describe()}", 100, initial_indent="    ", subsequent_indent="      ", break_on_hyphens=False
+        )
+        for name, r in recipes.items()
+    )
     parser = argparse.ArgumentParser(
-        description=description or cls.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=description or cls.__doc__,
+        formatter_class=_HelpFormatter,
+        epilog=epilog if recipes else None,
     )
     for f in dataclasses.fields(cls):
         meta = field_meta(cls, f.name)
@@ -383,6 +435,8 @@ def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
         if meta.get("aliases"):
             help_text += f" (alias: {', '.join(meta['aliases'])})"
         kw = dict(default=f.default, help=help_text, dest=f.name)
+        if f.name == "recipe" and recipes:
+            kw["choices"] = tuple(recipes)
         if typ is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kw)
         else:
@@ -397,6 +451,10 @@ def parse_config(cls, argv=None, description: str = ""):
     that names the flag as the user typed it (an alias included)."""
     parser = build_parser(cls, description)
     argv = sys.argv[1:] if argv is None else list(argv)
+    # a recipe's values become the defaults, so the flags typed still win (an unknown name: refused below)
+    recipe = getattr(parser.parse_known_args(argv)[0], "recipe", "")
+    if recipe in getattr(cls, "RECIPES", {}):
+        parser.set_defaults(**cls.RECIPES[recipe].values)
     ns = parser.parse_args(argv)
     cfg = cls(**vars(ns))
     try:

@@ -126,6 +126,7 @@ class Trainer:
         self.last_checkpoint = ""
         self.saved_update = -1
         self.last_eval = None  # the latest logged eval result
+        self.solved = False  # a greedy eval solved the level (ends the run with --stop-when-solved)
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
         # threads for the networks: --num-threads (0 = one per core: this rank's share of them) on CPU, 1 on GPU
         self.threads = 1 if cfg.device != "cpu" else (cfg.num_threads or self.world.cores())
@@ -332,6 +333,7 @@ class Trainer:
             if self.spec.eval_success(result["info"]):
                 path = self.save(self.spec.checkpoint_name(self.cfg, None), snapshot)
                 tqdm.write(f"level solved by the greedy policy at update {snapshot['update']}: saved {path}")
+                self.solved = True
             self.last_eval = {k: v for k, v in result.items() if k not in ("strip", "along")}
 
     def _picture_due(self, update: int) -> bool:
@@ -363,6 +365,9 @@ class Trainer:
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
+                    if cfg.stop_when_solved and self.world.any(self.solved):  # rank 0 evaluates; all ranks stop
+                        tqdm.write(f"--stop-when-solved: the run ends at update {self.update}")
+                        break
                     obs, losses = self.one_update(obs)
                     if obs is None:
                         break

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg, default  # noqa: E402
+from common.config import Recipe, TrainConfig, arg, default  # noqa: E402
 from common.game import GameSpec  # noqa: E402
 from mario import pictures  # noqa: E402
 from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env  # noqa: E402
@@ -32,6 +32,30 @@ class MarioConfig(TrainConfig):
     is discounted with 0.99 (RND), longer than the extrinsic 0.9 so that novelty a
     few screens ahead still pulls.
     """
+
+    RECIPES = {
+        "cpu-1-1": Recipe(
+            "clear world 1-1 on a 2-core CPU in the fewest CPU-hours (docs/mario_learning.md): the tutorial's "
+            "discounting, clipping and entropy bonus, with RIGHT_ONLY actions (the tutorial's 'right'), "
+            "8 envs x 128 steps, 4 epochs x 4 minibatches (the RND paper's PPO shape), lr 1e-4 (the "
+            "tutorial's source project's default) and a greedy evaluation every 5 updates",
+            dict(
+                world=1,
+                stage=1,
+                action_type="right",
+                num_processes=8,
+                num_local_steps=128,
+                num_epochs=4,
+                batch_size=4,
+                lr=1e-4,
+                num_global_steps=4_000_000,
+                eval_interval=5,
+                video_interval=50,
+                save_interval=30,
+                stop_when_solved=True,
+            ),
+        ),
+    }
 
     world: int = arg(4, "world 1-8", choices=tuple(range(1, 9)))
     stage: int = arg(4, "stage 1-4", choices=(1, 2, 3, 4))
