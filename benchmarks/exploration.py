@@ -42,7 +42,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -52,7 +51,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
-from common.config import process_umask  # noqa: E402
+from benchmarks.lanes import code_commit, write_json_atomic  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
@@ -162,15 +161,6 @@ def command(task, method, seed, frames, out):
     ]
 
 
-def code_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 # ---------------------------------------------------------------------------------- one run's summary
 def windowed_success(steps, succ, at, window):
     """Success rate of the episodes that ended in (at - window, at], NaN where none ended."""
@@ -233,16 +223,6 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=Non
 
 def summary_path(results, task, method, seed):
     return os.path.join(results, run_name(task, method, seed) + ".json")
-
-
-def write_json_atomic(path, obj):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=os.path.dirname(path))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a summary is an ordinary file
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------- running

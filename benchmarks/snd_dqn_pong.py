@@ -34,7 +34,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -43,7 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks import lanes  # noqa: E402
 from benchmarks.intervals import bootstrap_diff, bootstrap_mean  # noqa: E402
+from benchmarks.lanes import binned, code_commit, logged_hours, write_json_atomic  # noqa: E402
 from common.launch import SIGNAL_EXIT  # noqa: E402
 from common.logger import read_metrics  # noqa: E402
 
@@ -66,24 +67,6 @@ SIGTERM_EXIT = SIGNAL_EXIT[signal.SIGTERM]  # a trainer stopped by SIGTERM, its 
 
 def run_name(agent, seed):
     return f"pong_{agent}_seed{seed}"
-
-
-def code_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def write_json_atomic(path, obj):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def command(agent, seed, steps, evals, out, extra=(), resume=None, threads=0):
@@ -114,61 +97,25 @@ def command(agent, seed, steps, evals, out, extra=(), resume=None, threads=0):
 
 
 # ---------------------------------------------------------------------------------- resuming
-def periodic_checkpoints(run_dir):
-    """``[(train steps, path)]`` of the numbered checkpoints (``pong_<agent>_<steps>.pdparams``), oldest first."""
-    found = []
-    for path in glob.glob(os.path.join(run_dir, "models", "pong_*_*.pdparams")):
-        try:
-            found.append((int(os.path.splitext(path)[0].rsplit("_", 1)[1]), path))
-        except ValueError:
-            continue
-    return sorted(found)
+CHECKPOINTS = "pong_*"  # the numbered checkpoints: pong_<agent>_<train steps>.pdparams
 
 
 def newest_checkpoint(run_dir):
-    """(path, train steps) of the newest periodic or final checkpoint in a run folder, or (None, 0)."""
-    found = periodic_checkpoints(run_dir)
-    return (found[-1][1], found[-1][0]) if found else (None, 0)
+    """(path, train steps) of the newest periodic checkpoint in a run folder, or (None, 0)."""
+    return lanes.newest_checkpoint(run_dir, CHECKPOINTS)
 
 
 def prune_checkpoints(run_dir, keep=KEEP_CHECKPOINTS):
     """Delete all but the ``keep`` newest periodic checkpoints of a run (each holds the 71 MB replay memory)."""
-    for _, path in periodic_checkpoints(run_dir)[:-keep]:
-        os.remove(path)
+    lanes.prune_checkpoints(run_dir, CHECKPOINTS, keep)
 
 
 def cut_metrics(run_dir, step):
-    """Drop the metrics logged after ``step`` (they are logged again by the resumed run)."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(lines)
+    """Drop the metrics logged after train step ``step`` (they are logged again by the resumed run)."""
+    lanes.cut_metrics(run_dir, lambda record: record["step"] <= step)
 
 
 # ---------------------------------------------------------------------------------- summaries
-def binned(steps, values, edges):
-    """Mean of ``values`` whose step falls in each (edges[i], edges[i+1]]; None where empty."""
-    out = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        sel = (steps > lo) & (steps <= hi)
-        out.append(round(float(values[sel].mean()), 4) if sel.any() else None)
-    return out
-
-
-def logged_hours(rate_steps, rate) -> float | None:
-    """Wall hours of a run from its logged train steps/s: the sum over log intervals of steps / rate.
-
-    Unlike the benchmark's own clock this covers every segment of a resumed run (a resume cuts the
-    metrics back to its checkpoint first), with warm-up and evaluations, without the start-ups."""
-    if not len(rate):
-        return None
-    spans = np.diff(np.concatenate([[0.0], np.asarray(rate_steps, float)]))
-    return round(float(np.sum(spans / np.maximum(np.asarray(rate, float), 1e-9))) / 3600, 3)
-
-
 def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
     m = read_metrics(run_dir)
     empty = (np.zeros(0), np.zeros(0))

@@ -1,0 +1,111 @@
+"""What the long-run benchmarks share: numbered checkpoints, resuming, run summaries on disk.
+
+A long benchmark (``snd_dqn_pong.py``, ``mario_flag.py``) runs trainers as subprocesses, from
+a separate clone, for hours. Each run resumes from its newest numbered checkpoint after a stop
+(its ``metrics.jsonl`` cut back to that checkpoint first, so nothing is logged twice), only the
+newest few checkpoints are kept, and each run's small summary is written atomically as JSON.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+
+from common.config import process_umask
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_commit() -> str:
+    """The checkout's commit (``git rev-parse HEAD``), or "unknown"."""
+    try:
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_json_atomic(path, obj):
+    """Write ``obj`` as indented JSON to ``path`` through a temporary file and a rename (mode as umask says)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a summary is an ordinary file
+    os.replace(tmp, path)
+
+
+def numbered_checkpoints(run_dir, prefix):
+    """``[(number, path)]`` of ``run_dir/models/<prefix>_<number>.pdparams``, oldest first."""
+    found = []
+    for path in glob.glob(os.path.join(run_dir, "models", f"{prefix}_*.pdparams")):
+        try:
+            found.append((int(os.path.splitext(path)[0].rsplit("_", 1)[1]), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def newest_checkpoint(run_dir, prefix):
+    """(path, number) of the newest numbered checkpoint in a run folder, or (None, 0)."""
+    found = numbered_checkpoints(run_dir, prefix)
+    return (found[-1][1], found[-1][0]) if found else (None, 0)
+
+
+def prune_checkpoints(run_dir, prefix, keep=2):
+    """Delete all but the ``keep`` newest numbered checkpoints of a run."""
+    for _, path in numbered_checkpoints(run_dir, prefix)[:-keep]:
+        os.remove(path)
+
+
+def cut_metrics(run_dir, keep):
+    """Keep only the records of ``run_dir/metrics.jsonl`` for which ``keep(record)`` is true (a resumed
+    run logs the rest again); a torn last line (the run was killed mid-write) is dropped too."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line for line in f.read().split("\n") if line.strip()]
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}, line {n}: not a JSON record") from None
+        if keep(record):
+            kept.append(line + "\n")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+
+
+def binned(steps, values, edges):
+    """Mean of ``values`` whose step falls in each (edges[i], edges[i+1]]; None where empty."""
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (steps > lo) & (steps <= hi)
+        out.append(round(float(values[sel].mean()), 4) if sel.any() else None)
+    return out
+
+
+def logged_hours(rate_steps, rate, upto=None) -> float | None:
+    """Wall hours of a run from its logged steps/s: the sum over log intervals of steps / rate, up to
+    step ``upto`` (default: all).
+
+    Unlike a benchmark's own clock this covers every segment of a resumed run (a resume cuts the
+    metrics back to its checkpoint first), with warm-up and evaluations, without the start-ups."""
+    rate_steps, rate = np.asarray(rate_steps, float), np.asarray(rate, float)
+    if upto is not None:
+        rate, rate_steps = rate[rate_steps <= upto], rate_steps[rate_steps <= upto]
+    if not len(rate):
+        return None
+    spans = np.diff(np.concatenate([[0.0], rate_steps]))
+    return round(float(np.sum(spans / np.maximum(rate, 1e-9))) / 3600, 3)
