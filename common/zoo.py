@@ -1,0 +1,167 @@
+"""Trained agents that ship with the repository (``zoo/``): weights-only files and their cards.
+
+A zoo file is a checkpoint cut down to what playing needs: the policy, the intrinsic module's
+networks and observation normalizer (so ``play.py --plot`` can draw its curiosity), the config
+and the counters. Optimizer states, reward filters and random-generator states are left out, so
+it cannot be resumed (``--resume`` names the missing parts). It is read by the same safe loader
+as every checkpoint (no code in a file can run) and is a plain ``.pdparams`` file, so each
+game's ``play.py --checkpoint zoo/<name>.pdparams`` plays it.
+
+Next to it, ``zoo/<name>.json`` is its card: game, level, settings, the commit and run it came
+from, agent steps, hours on the 2-core machine, and what its greedy episode does. ``export``
+writes both and plays the episode itself, so the card's result is measured, never typed in;
+``tests/test_zoo.py`` plays every agent again and checks the card (a greedy episode with the
+card's seed is deterministic on a CPU).
+
+    python -m common.zoo export --game mario --checkpoint runs/.../models/mario_1_1.pdparams \\
+        --name mario-1-1-rnd --hours 3.2 --note "RND seed 0 of benchmarks/mario_flag.py"
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "zoo")
+MAX_BYTES = 25 * 1024 * 1024
+#: the checkpoint entries a zoo file keeps
+KEPT = ("game", "config", "intrinsic_name", "update", "global_step", "policy", "intrinsic")
+#: the game -> the module whose ``SPEC`` describes it
+GAMES = {"mario": "mario.train", "montezuma": "montezuma.train", "gridworld": "gridworld.train"}
+#: config fields a card lists, where the config has them
+CARD_SETTINGS = (
+    "recipe",
+    "env_id",
+    "world",
+    "stage",
+    "action_type",
+    "intrinsic",
+    "seed",
+    "num_processes",
+    "num_local_steps",
+    "num_epochs",
+    "batch_size",
+    "lr",
+    "int_coef",
+    "ext_coef",
+    "int_first_visit",
+)
+
+
+def spec_of(game: str):
+    """The ``GameSpec`` of ``game`` (one of ``GAMES``)."""
+    if game not in GAMES:
+        raise ValueError(f"game {game!r} is not one of {', '.join(GAMES)}")
+    return importlib.import_module(GAMES[game]).SPEC
+
+
+def weights_only(state: dict) -> dict:
+    """The parts of a training checkpoint ``state`` that playing and plotting need (``KEPT``), with the
+    intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
+    The module's sampling generator state stays: a few hundred bytes that ``set_state_dict`` expects."""
+    out = {k: state[k] for k in KEPT if k in state}
+    intrinsic = dict(out.get("intrinsic") or {})
+    for key in [k for k in intrinsic if k.endswith("_opt")]:
+        intrinsic[key] = {}
+    out["intrinsic"] = intrinsic
+    out["zoo"] = 1
+    return out
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def play_once(game: str, path: str, seed: int = 0, output: str = "") -> dict:
+    """Play ``path`` greedily with the game's play entry point; returns its printed result."""
+    from common.play import play
+
+    spec = spec_of(game)
+    if output:
+        return play(spec, ["--checkpoint", path, "--seed", str(seed), "--output", output])
+    with tempfile.TemporaryDirectory() as tmp:
+        return play(spec, ["--checkpoint", path, "--seed", str(seed), "--output", os.path.join(tmp, "episode.mp4")])
+
+
+def card_result(result: dict) -> dict:
+    """What a card records of a greedy episode: every number ``play`` printed, rounded."""
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if isinstance(v, (int, float))}
+
+
+def export(game: str, checkpoint: str, name: str, hours=None, note: str = "", zoo: str = ZOO, seed: int = 0) -> dict:
+    """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
+    checkpoint of ``game``; returns the card. The greedy episode on the card is played here."""
+    from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+
+    spec = spec_of(game)
+    state = load_checkpoint(checkpoint, required=("policy", "config", "update"))
+    check_compatible(state, spec.name, {}, checkpoint)
+    path = os.path.join(zoo, name + ".pdparams")
+    save_checkpoint(path, weights_only(state))
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        os.remove(path)
+        raise ValueError(f"{path} would be {size / 2**20:.1f} MB: a zoo file may be at most {MAX_BYTES / 2**20:.0f} MB")
+    cfg = spec.config_cls.from_dict(state["config"])
+    result = card_result(play_once(game, path, seed))
+    card = {
+        "name": name,
+        "game": game,
+        "level": spec.level_name(cfg),
+        "file": os.path.basename(path),
+        "megabytes": round(size / 2**20, 2),
+        "settings": {k: state["config"][k] for k in CARD_SETTINGS if k in state["config"]},
+        "agent_steps": int(state.get("global_step", 0)),
+        "updates": int(state["update"]),
+        "hours_on_2_core_cpu": hours,
+        "commit": _commit(),
+        "greedy_episode": {"seed": seed, **result},
+        "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}",
+        "note": note,
+    }
+    with open(os.path.join(zoo, name + ".json"), "w", encoding="utf-8") as f:
+        json.dump(card, f, indent=1)
+        f.write("\n")
+    return card
+
+
+def cards(zoo: str = ZOO) -> list[dict]:
+    """Every card in ``zoo``, by name."""
+    if not os.path.isdir(zoo):
+        return []
+    out = []
+    for entry in sorted(os.listdir(zoo)):
+        if entry.endswith(".json"):
+            with open(os.path.join(zoo, entry), encoding="utf-8") as f:
+                out.append(json.load(f))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="write a zoo file and its card from a training checkpoint")
+    e.add_argument("--game", required=True, choices=tuple(GAMES))
+    e.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
+    e.add_argument("--name", required=True, help="the zoo entry's name: zoo/<name>.pdparams and zoo/<name>.json")
+    e.add_argument("--hours", type=float, default=None, help="wall hours its training took on the 2-core machine")
+    e.add_argument("--note", default="", help="where it comes from, in a sentence")
+    e.add_argument("--zoo", default=ZOO, help="the zoo folder")
+    e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
+    args = p.parse_args(argv)
+    if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
+        p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
+    card = export(args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed)
+    print(json.dumps(card, indent=1))
+
+
+if __name__ == "__main__":
+    main()

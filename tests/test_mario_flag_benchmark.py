@@ -1,0 +1,95 @@
+"""benchmarks/mario_flag.py: resuming a cut run, its summary and the report, on a run folder made here."""
+
+import json
+import os
+import shutil
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import lanes  # noqa: E402
+import mario_flag as bench  # noqa: E402
+
+
+def _run_folder(out, updates=5, flag_at=None, torn=True):
+    """A Mario run folder as the trainer leaves it: config, numbered checkpoints, metrics (8 x 128 steps per
+    update, 100 steps/s, one greedy eval every update, logged out of order as background evals are)."""
+    run_dir = os.path.join(out, bench.run_name("1-1", "rnd", 0))
+    os.makedirs(os.path.join(run_dir, "models"))
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"num_processes": 8, "num_local_steps": 128}, f)
+    for u in range(1, updates + 1):
+        open(os.path.join(run_dir, "models", f"mario_1_1_{u}.pdparams"), "wb").close()
+    records = []
+    for u in range(1, updates + 1):
+        step = u * 1024
+        records += [
+            {"tag": "Training Reward", "step": u, "value": 1.0},
+            {"tag": "perf/steps_per_sec", "step": step, "value": 100.0},
+            {"tag": "episode/x_pos", "step": step, "value": 500.0 + u},
+            {"tag": "episode/flag", "step": step, "value": 0.0},
+        ]
+    for u in reversed(range(1, updates + 1)):
+        records += [
+            {"tag": "eval/x_pos", "step": u * 1024, "value": 3161.0 if u == flag_at else 300.0 + u},
+            {"tag": "eval/flag", "step": u * 1024, "value": float(u == flag_at)},
+        ]
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+        if torn:
+            f.write('{"tag": "perf/steps_per')
+    return run_dir
+
+
+def test_resume_point_cuts_each_tag_at_the_checkpoint(tmp_path):
+    run_dir = _run_folder(str(tmp_path))
+    os.remove(os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
+    os.remove(os.path.join(run_dir, "models", "mario_1_1_5.pdparams"))
+    ckpt, update = bench.resume_point(run_dir, "1-1")
+    assert update == 3 and ckpt.endswith("mario_1_1_3.pdparams")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]  # the torn last line is gone
+    by_tag = {}
+    for r in records:
+        by_tag.setdefault(r["tag"], []).append(r["step"])
+    assert sorted(by_tag["Training Reward"]) == [1, 2, 3]  # the tutorial's tags count updates
+    assert sorted(by_tag["perf/steps_per_sec"]) == [1024, 2048, 3072]  # the others agent steps
+    assert sorted(by_tag["eval/x_pos"]) == [1024, 2048, 3072]
+
+
+def test_prune_keeps_the_newest_two(tmp_path):
+    run_dir = _run_folder(str(tmp_path))
+    lanes.prune_checkpoints(run_dir, bench.checkpoint_prefix("1-1"), keep=2)
+    assert sorted(os.listdir(os.path.join(run_dir, "models"))) == ["mario_1_1_4.pdparams", "mario_1_1_5.pdparams"]
+
+
+def test_summary_finds_the_first_flag_and_the_hours_to_it(tmp_path):
+    out = str(tmp_path)
+    _run_folder(out, updates=6, flag_at=4, torn=False)
+    bench.segment_event(out, bench.run_name("1-1", "rnd", 0), event="start", commit="abc1234", resume_update=0)
+    s = bench.summarize_run(out, "1-1", "rnd", 0, "flag")
+    assert s["first_flag_step"] == 4 * 1024 and s["agent_steps"] == 6 * 1024
+    assert abs(s["first_flag_hours"] - 4 * 1024 / 100 / 3600) < 1e-3
+    assert abs(s["logged_hours"] - 6 * 1024 / 100 / 3600) < 1e-3
+    assert s["eval_curve"]["steps"] == sorted(s["eval_curve"]["steps"])  # sorted although logged out of order
+    assert s["best_eval_x_pos"] == 3161 and s["segments"][0]["commit"] == "abc1234"
+    none = bench.summarize_run(out, "1-1", "rnd", 0, "budget")
+    assert none["status"] == "budget"
+
+
+def test_report_rebuilds_from_summaries_alone(tmp_path):
+    out, results, docs = (str(tmp_path / d) for d in ("runs", "results", "docs"))
+    _run_folder(out, updates=6, flag_at=4, torn=False)
+    lanes.write_json_atomic(
+        bench.summary_path(results, "1-1", "rnd", 0), bench.summarize_run(out, "1-1", "rnd", 0, "flag")
+    )
+    assert bench.finished(results, "1-1", "rnd", 0) and not bench.finished(results, "1-1", "none", 0)
+    os.makedirs(docs)
+    shutil.copy(os.path.join(ROOT, "docs", "mario_learning.md"), docs)
+    shutil.rmtree(out)  # the report needs the summaries only
+    md = bench.write_report(results, docs)
+    text = open(md).read()
+    assert "| 1-1 | PPO + RND | 0 | flag | 6,144 |" in text and "| 4,096 |" in text
+    assert os.path.getsize(os.path.join(docs, "mario_learning.png")) > 10_000
+    assert text.count(bench.START) == 1 and text.count(bench.END) == 1
