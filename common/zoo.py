@@ -96,9 +96,12 @@ def card_result(result: dict) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items() if isinstance(v, (int, float))}
 
 
-def export(game: str, checkpoint: str, name: str, hours=None, note: str = "", zoo: str = ZOO, seed: int = 0) -> dict:
+def export(
+    game: str, checkpoint: str, name: str, hours=None, note: str = "", zoo: str = ZOO, seed: int = 0, gif: bool = False
+) -> dict:
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
-    checkpoint of ``game``; returns the card. The greedy episode on the card is played here."""
+    checkpoint of ``game``; returns the card. The greedy episode on the card is played here; with
+    ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``)."""
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 
     spec = spec_of(game)
@@ -111,7 +114,13 @@ def export(game: str, checkpoint: str, name: str, hours=None, note: str = "", zo
         os.remove(path)
         raise ValueError(f"{path} would be {size / 2**20:.1f} MB: a zoo file may be at most {MAX_BYTES / 2**20:.0f} MB")
     cfg = spec.config_cls.from_dict(state["config"])
-    result = card_result(play_once(game, path, seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        mp4 = os.path.join(tmp, "episode.mp4")
+        result = card_result(play_once(game, path, seed, mp4))
+        if gif:
+            from common.video import gif_from_mp4
+
+            gif_from_mp4(mp4, os.path.join(zoo, name + ".gif"))
     card = {
         "name": name,
         "game": game,
@@ -125,6 +134,7 @@ def export(game: str, checkpoint: str, name: str, hours=None, note: str = "", zo
         "commit": _commit(),
         "greedy_episode": {"seed": seed, **result},
         "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}",
+        "gif": name + ".gif" if gif else None,
         "note": note,
     }
     with open(os.path.join(zoo, name + ".json"), "w", encoding="utf-8") as f:
@@ -156,10 +166,11 @@ def main(argv=None):
     e.add_argument("--note", default="", help="where it comes from, in a sentence")
     e.add_argument("--zoo", default=ZOO, help="the zoo folder")
     e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
+    e.add_argument("--gif", action="store_true", help="also write the greedy episode as zoo/<name>.gif")
     args = p.parse_args(argv)
     if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
         p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
-    card = export(args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed)
+    card = export(args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed, args.gif)
     print(json.dumps(card, indent=1))
 
 

@@ -1,0 +1,78 @@
+"""zoo/: every trained agent plays as its card says; export writes weights only, refused by --resume."""
+
+import os
+
+import numpy as np
+import pytest
+
+from common import zoo
+
+CARDS = zoo.cards()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("card", CARDS, ids=[c["name"] for c in CARDS])
+def test_zoo_agent_plays_as_its_card_says(card, tmp_path):
+    """The greedy episode with the card's seed is deterministic on a CPU: the same numbers again."""
+    path = os.path.join(zoo.ZOO, card["file"])
+    assert os.path.getsize(path) <= zoo.MAX_BYTES
+    result = zoo.card_result(
+        zoo.play_once(card["game"], path, card["greedy_episode"]["seed"], str(tmp_path / "episode.mp4"))
+    )
+    expected = {k: v for k, v in card["greedy_episode"].items() if k != "seed"}
+    assert result == expected
+    assert os.path.getsize(tmp_path / "episode.mp4") > 1000
+
+
+def test_the_zoo_stays_out_of_the_wheel():
+    """zoo/ is a data folder of the checkout: setup.py lists no zoo package and no package data."""
+    import ast
+
+    with open(os.path.join(zoo.ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    kwargs = {k.arg: k.value for k in call.keywords}
+    packages = ast.literal_eval(kwargs["packages"])
+    assert packages and not any(p == "zoo" or p.startswith("zoo.") for p in packages)
+    assert "package_data" not in kwargs and "data_files" not in kwargs and "include_package_data" not in kwargs
+    assert not os.path.exists(os.path.join(zoo.ZOO, "__init__.py"))
+
+
+@pytest.mark.slow
+def test_export_writes_weights_only_and_a_measured_card(tmp_path):
+    from common.checkpoint import CheckpointError, load_checkpoint
+    from common.trainer import Trainer
+    from gridworld.train import SPEC, GridConfig
+
+    cfg = GridConfig(
+        num_processes=4,
+        num_local_steps=16,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=128,
+        obs_norm_steps=2,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=0,
+        histogram_interval=0,
+        log_path=str(tmp_path),
+        run_name="tiny",
+        seed=1,
+    )
+    result = Trainer(SPEC, cfg).train()
+    card = zoo.export(
+        "gridworld", result["checkpoint"], "tiny-agent", hours=0.001, note="a test", zoo=str(tmp_path), gif=True
+    )
+    assert os.path.getsize(tmp_path / "tiny-agent.gif") > 1000
+    path = tmp_path / "tiny-agent.pdparams"
+    state = load_checkpoint(str(path))
+    assert state["zoo"] == 1 and "optimizer" not in state and "int_filter" not in state
+    assert state["intrinsic"]["predictor_opt"] == {}
+    assert os.path.getsize(path) < os.path.getsize(result["checkpoint"]) / 2
+    assert card["level"] == "DoorKey-5x5" and card["agent_steps"] == 128
+    again = zoo.card_result(zoo.play_once("gridworld", str(path), 0))
+    assert again == {k: v for k, v in card["greedy_episode"].items() if k != "seed"}
+    assert zoo.cards(str(tmp_path))[0]["name"] == "tiny-agent"
+    with pytest.raises(CheckpointError, match="incomplete"):
+        Trainer(SPEC, GridConfig(log_path=str(tmp_path), run_name="resumed", resume=str(path)))
+    assert np.isfinite(card["greedy_episode"]["return"])
