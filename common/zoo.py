@@ -155,6 +155,43 @@ def cards(zoo: str = ZOO) -> list[dict]:
     return out
 
 
+TABLE_START, TABLE_END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
+
+
+def _episode(card) -> str:
+    """What a card's greedy episode does, in a few words."""
+    ep = card["greedy_episode"]
+    if card["game"] == "mario":
+        flag = "reaches the flag" if ep.get("flag") else "no flag"
+        return f"{flag}, x_pos {ep.get('x_pos', 0):.0f}, {ep['steps']} steps"
+    if card["game"] == "montezuma":
+        return f"score {ep.get('score', 0):.0f}, rooms {ep.get('rooms', '?')}, {ep['steps']} steps"
+    return f"{'succeeds' if ep.get('success') else 'fails'} in {ep['steps']} steps, return {ep['return']:.3g}"
+
+
+def markdown_table(zoo: str = ZOO) -> str:
+    """The zoo as a markdown table (README and zoo/README.md carry it between ``TABLE_START`` and ``TABLE_END``)."""
+    rows = [
+        "| agent | game, level | method | agent steps | hours (2-core CPU) | greedy episode (seed 0) | MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in cards(zoo):
+        hours = "-" if c["hours_on_2_core_cpu"] is None else f"{c['hours_on_2_core_cpu']:.2f}"
+        method = c["settings"].get("intrinsic", "?")
+        method = "PPO" if method == "none" else f"PPO + {method.upper()}"
+        rows.append(
+            f"| `zoo/{c['file']}` | {c['game']} {c['level']} | {method} | {c['agent_steps']:,} | {hours} "
+            f"| {_episode(c)} | {c['megabytes']} |"
+        )
+    return "\n".join(rows)
+
+
+def replace_table(text: str, table: str) -> str:
+    """``text`` with the block between ``TABLE_START`` and ``TABLE_END`` replaced by ``table``."""
+    a, b = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    return text[:a] + "\n" + table + "\n" + text[b:]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -167,7 +204,17 @@ def main(argv=None):
     e.add_argument("--zoo", default=ZOO, help="the zoo folder")
     e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
     e.add_argument("--gif", action="store_true", help="also write the greedy episode as zoo/<name>.gif")
+    sub.add_parser("table", help="rewrite the zoo table in README.md, README_cn.md and zoo/README.md from the cards")
     args = p.parse_args(argv)
+    if args.command == "table":
+        for path in ("README.md", "README_cn.md", os.path.join("zoo", "README.md")):
+            path = os.path.join(ROOT, path)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(replace_table(text, markdown_table()))
+            print("rewrote the zoo table of", path)
+        return
     if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
         p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
     card = export(args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed, args.gif)

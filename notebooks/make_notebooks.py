@@ -158,6 +158,42 @@ def play_cell(game: str, quick_steps: int, full_steps: int, width: int, picture:
     """)
 
 
+def zoo_cells(game: str, width: int):
+    """Play the game's trained agent from ``zoo/`` (its card first) and show the video; say so where there is none."""
+    return [
+        md(f"""
+            ## A trained agent from `zoo/` / `zoo/` 中训练好的智能体
+
+            `zoo/` holds trained agents: a weights-only file each, loaded through the safe loader, with a card
+            (`zoo/<name>.json`: settings, agent steps, hours on a 2-core CPU, what its greedy episode does). This
+            cell plays the {game} agent's greedy episode with `{game}/play.py` and shows it.
+
+            `zoo/` 中是训练好的智能体：每个都是只含权重的文件（经安全加载器读取），并附一张卡片
+            （`zoo/<name>.json`：设置、步数、在 2 核 CPU 上的训练时长、贪心回合的结果）。本单元用
+            `{game}/play.py` 让该智能体贪心地玩一局并播放录像。
+        """),
+        code(f"""
+            # The zoo agent of this game: its card, then one greedy episode played here, and its video.
+            import json
+
+            from IPython.display import Video, display
+
+            from common import zoo
+
+            cards = [c for c in zoo.cards() if c["game"] == "{game}"]
+            if not cards:
+                print("no trained {game} agent in zoo/ yet: zoo/README.md lists the agents there are")
+            for card in cards[:1]:
+                print(json.dumps({{k: card[k] for k in ("name", "level", "agent_steps", "hours_on_2_core_cpu",
+                                                        "greedy_episode")}}, indent=1))
+                zoo_mp4 = os.path.join(RUNS, "zoo_" + card["name"] + ".mp4")
+                os.makedirs(RUNS, exist_ok=True)
+                !{{sys.executable}} {game}/play.py --checkpoint zoo/{{card["file"]}} --output {{zoo_mp4}} --device {{DEVICE}}
+                display(Video(zoo_mp4, embed=True, width={width}))
+        """),
+    ]
+
+
 def curiosity_cells(what: str, what_cn: str):
     """The pictures of curiosity at work: the eval episode's intrinsic reward redrawn from its values, and the
     latest picture of where the agent has been (``what`` / ``what_cn`` say what that picture is for the game)."""
@@ -235,6 +271,7 @@ def mario_notebook():
             WORLD, STAGE = 1, 1
         """),
         SETUP,
+        *zoo_cells("mario", width=384),
         md("""
             ## Train / 训练
 
@@ -253,8 +290,8 @@ def mario_notebook():
                          "--num-epochs", "1", "--num-global-steps", "64", "--obs-norm-steps", "2",
                          "--max-eval-steps", "60", "--video-interval", "1", "--histogram-interval", "1",
                          "--embedding-interval", "1", "--picture-interval", "1"]
-            else:  # the tutorial's PPO settings; 6 envs x 512 steps per update
-                flags = ["--num-global-steps", "3000000", "--video-interval", "10", "--save-interval", "50"]
+            else:  # the CPU recipe (docs/mario_learning.md); without --recipe: the tutorial's PPO settings
+                flags = ["--recipe", "cpu-1-1", "--video-interval", "10"]
             run_name = f"mario_{WORLD}-{STAGE}_rnd" + ("_quick" if QUICK else "")
             result = train_mario(flags + ["--world", str(WORLD), "--stage", str(STAGE), "--device", DEVICE,
                                           "--log-path", RUNS, "--run-name", run_name])
@@ -314,6 +351,7 @@ def montezuma_notebook():
             NUM_ENVS = 2 if QUICK else 32  # the paper uses 128; 32 fits an AI Studio GPU machine's CPUs better
         """),
         SETUP,
+        *zoo_cells("montezuma", width=320),
         md("""
             ## Train / 训练
 
