@@ -11,26 +11,25 @@ Loading. ``paddle.save`` writes a pickle, and ``paddle.load`` unpickles it with 
 restriction: a crafted ``.pdparams`` can run any command when loaded. Checkpoints
 are shared (AI Studio datasets, the tutorial's ``.pdparams``), so ``load_checkpoint``
 never calls ``paddle.load``: it reads the same pickle with an unpickler that only
-rebuilds plain containers and numpy arrays (the allow-list ``SAFE_GLOBALS``, the
-approach of the Python docs' "Restricting Globals" and of PyTorch's
-``weights_only=True``), refuses anything else before it is called, and then turns
-Paddle's ``(name, ndarray)`` tensor records into tensors exactly as ``paddle.load``
-does. The files themselves are unchanged: plain ``paddle.load`` still reads them
+rebuilds plain containers and numpy arrays of plain dtypes, refuses anything else
+before it is called, and bounds the time and memory a small file can cost
+(``common.safe_pickle``); it checks what the file is and that it has the required
+keys before walking it, then turns Paddle's ``(name, ndarray)`` tensor records into
+tensors exactly as ``paddle.load`` does. The files themselves are unchanged: plain ``paddle.load`` still reads them
 (for files one trusts), and the tutorial's file names are kept.
 """
 
 from __future__ import annotations
 
 import copy
-import io
 import os
-import pickle
 import tempfile
 
 import numpy as np
 import paddle
 
 from common.config import process_umask
+from common.safe_pickle import UnsafeFileError, resolve, unpickle
 
 FORMAT_VERSION = 1
 
@@ -42,24 +41,6 @@ class CheckpointError(ValueError):
 #: the keys every checkpoint of this project holds (checked on load, named when missing); a loader
 #: that needs more passes them as ``required``
 REQUIRED_KEYS = ("format", "game", "config")
-
-#: (module, name) pairs the loader may rebuild: containers and numpy arrays, nothing that runs code
-SAFE_GLOBALS = frozenset(
-    {
-        ("collections", "OrderedDict"),
-        ("builtins", "tuple"),
-        ("builtins", "list"),
-        ("builtins", "dict"),
-        ("builtins", "set"),
-        ("builtins", "frozenset"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),  # numpy 2 pickles
-    }
-)
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -141,69 +122,34 @@ def save_checkpoint(path: str, state: dict) -> str:
     return path
 
 
-class _SafeUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if (module, name) not in SAFE_GLOBALS:
-            raise UnsafeCheckpointError(
-                f"it asks to load {module}.{name}, which a checkpoint never needs (the file may be crafted to run code)"
-            )
-        return super().find_class(module, name)
-
-    def persistent_load(self, pid):
-        raise UnsafeCheckpointError("it uses pickle persistent ids, which checkpoints never do")
-
-
-def _is_tensor_record(obj) -> bool:
-    # paddle.save writes each Tensor as (name, ndarray) (paddle.framework.io._transformed_from_varbase)
-    return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], np.ndarray)
-
-
-def _contains(obj, pred) -> bool:
-    if pred(obj):
-        return True
-    if isinstance(obj, dict):
-        return any(_contains(v, pred) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_contains(v, pred) for v in obj)
-    return False
-
-
-def _to_tensors(obj, pred, convert):
-    if pred(obj):
-        return convert(obj)
-    if isinstance(obj, dict):
-        return type(obj)((k, _to_tensors(v, pred, convert)) for k, v in obj.items())
-    if isinstance(obj, list):
-        return [_to_tensors(v, pred, convert) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_to_tensors(v, pred, convert) for v in obj)
-    return obj
-
-
-def _check_arrays(obj) -> None:
-    if isinstance(obj, np.ndarray) and obj.dtype.hasobject:
-        raise UnsafeCheckpointError("it holds a numpy array of Python objects")
-    if isinstance(obj, dict):
-        for v in obj.values():
-            _check_arrays(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _check_arrays(v)
+def _read(path: str) -> bytes:
+    """The bytes of checkpoint ``path``, or ``CheckpointError`` saying why there are none."""
+    if os.path.isdir(path):
+        raise CheckpointError(f"checkpoint {path!r} is a folder: give the .pdparams file in it")
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path!r} is not a regular file (a device or a pipe?)")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path!r}: {e.strerror}") from None
 
 
 def safe_load(path: str):
-    """What ``paddle.load(path)`` returns for a file of plain containers, tensors and arrays,
-    without running any code from the file. Raises ``UnsafeCheckpointError`` otherwise."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """What ``paddle.load(path)`` returns for a file of plain containers, tensors and arrays, without
+    running any code from the file, in time and memory bounded by its size (``common.safe_pickle``).
+    Raises ``UnsafeCheckpointError`` otherwise."""
+    data = _read(path)
     try:
-        obj = _SafeUnpickler(io.BytesIO(data)).load()
-    except UnsafeCheckpointError as e:
+        return resolve(unpickle(data), _max_references(data), paddle.to_tensor)
+    except UnsafeFileError as e:
         raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
-    _check_arrays(obj)
-    if _contains(obj, _is_tensor_record):  # as paddle.load: the records become tensors, other arrays stay
-        return _to_tensors(obj, _is_tensor_record, lambda t: paddle.to_tensor(t[1]))
-    return _to_tensors(obj, lambda a: isinstance(a, np.ndarray), paddle.to_tensor)  # paddle 2.0's format
+
+
+def _max_references(data: bytes) -> int:
+    return len(data) + 1000  # each reference costs at least one byte of pickle; slack for tiny files
 
 
 def load_checkpoint(path: str, required=()) -> dict:
@@ -212,26 +158,28 @@ def load_checkpoint(path: str, required=()) -> dict:
     Raises ``CheckpointError`` (naming the file) when it is missing, unreadable, unsafe,
     not a checkpoint of this project or lacks one of ``REQUIRED_KEYS`` or ``required``.
     """
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint {path!r} does not exist")
+    data = _read(path)
     try:
-        state = safe_load(path)
+        raw = unpickle(data)
+        # what it is, before anything in it is walked or converted
+        if not isinstance(raw, dict) or "format" not in raw or "game" not in raw:
+            raise CheckpointError(
+                f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
+                "tutorial's policy weights?): expected a dict with 'game', 'policy', ..."
+            )
+        keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
+        missing = [k for k in keys if k not in raw]
+        if missing:
+            raise CheckpointError(
+                f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
+            )
+        return resolve(raw, _max_references(data), paddle.to_tensor)
+    except UnsafeFileError as e:
+        raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
     except CheckpointError:
         raise
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
         raise CheckpointError(f"cannot read checkpoint {path!r}: {type(e).__name__}: {e}") from e
-    if not isinstance(state, dict) or "format" not in state or "game" not in state:
-        raise CheckpointError(
-            f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
-            "tutorial's policy weights?): expected a dict with 'game', 'policy', ..."
-        )
-    keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
-    missing = [k for k in keys if k not in state]
-    if missing:
-        raise CheckpointError(
-            f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
-        )
-    return state
 
 
 def check_compatible(state: dict, game: str, expected: dict, path: str = "checkpoint") -> None:

@@ -170,6 +170,98 @@ class _Eval:
         return (eval, ("1 + 1",))
 
 
+class _Crafted:
+    """Pickles as ``callable(*args)`` followed by ``BUILD state``: how a crafted file spells an object."""
+
+    def __init__(self, fn, args, state=None):
+        self.reduced = (fn, args) if state is None else (fn, args, state)
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _array(shape, data, dtype=None, dims_ok=True):
+    """An ndarray as numpy pickles one, with any shape and buffer: numpy's own rebuilding would accept
+    a huge shape over a tiny buffer when the dtype's itemsize is 0, and abort the process later."""
+    from numpy.core.multiarray import _reconstruct
+
+    return _Crafted(_reconstruct, (np.ndarray, (0,), b"b"), (1, shape, dtype or np.dtype("f4"), False, data))
+
+
+def _laughs(depth):
+    """Nested lists sharing references: a few hundred bytes that expand to 2**depth leaves."""
+    a = ["lol"]
+    for _ in range(depth):
+        a = [a, a, a, a]
+    return a
+
+
+HOSTILE = {
+    "huge shape, tiny buffer": {"w": _array((2**40,), b"\0" * 4)},
+    "zero-itemsize dtype (zero strides)": {"w": _array((2**31, 2**31), b"", np.dtype("V0"))},
+    "structured dtype": {"w": _array((4,), b"\0" * 16, np.dtype([("a", "f4")]))},
+    "sub-array dtype by its state": {
+        "w": _array(
+            (1,), b"\0" * 4, _Crafted(np.dtype, ("f4", False, True), (3, "|", ("x", (10**9,)), None, None, -1, -1, 0))
+        )
+    },
+    "negative dimension": {"w": _array((-1, 4), b"\0" * 16)},
+    "object dtype": {"w": _array((1,), b"\0" * 8, np.dtype("O"))},
+    "billion laughs": {"config": _laughs(60)},
+}
+
+
+@fault(
+    "a small crafted file (146-300 bytes): an allow-listed numpy array with a huge shape over a tiny buffer, "
+    "a zero-itemsize, structured or sub-array dtype, a negative dimension, object arrays, or nested lists "
+    "sharing references ('billion laughs')",
+    "refused within a second and a few MB: 'refusing to load ...: it holds an array of shape ...' / "
+    "'its shared references would expand it past N entries', exit 1 at an entry point",
+    "nothing is allocated beyond the file's own size; no run folder is created",
+)
+@pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
+def test_hostile_small_files_are_refused_fast(case, tmp_path):
+    import resource
+
+    path = str(tmp_path / "hostile.pdparams")
+    with open(path, "wb") as f:
+        pickle.dump(
+            {"format": 1, "game": "gridworld", "config": {}, "policy": {}, "update": 0, **HOSTILE[case]}, f, protocol=2
+        )
+    assert os.path.getsize(path) < 1000
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+    with pytest.raises(UnsafeCheckpointError, match="refusing to load"):
+        load_checkpoint(path)
+    assert time.perf_counter() - t0 < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KB: no big allocation
+    if case in ("huge shape, tiny buffer", "billion laughs"):  # and at an entry point, as a user meets it
+        res = script("gridworld/play.py", "--checkpoint", path)
+        assert res.returncode == 1 and "refusing to load" in res.stderr, res.stderr[-2000:]
+
+
+def test_safe_loader_keeps_arrays_as_numpy_builds_them(tmp_path):
+    """Fortran order, big-endian data, scalars, bool and float16 arrays, and a shared list read back equal."""
+    shared = [1, 2]
+    value = {
+        "format": 1,
+        "game": "gridworld",
+        "config": {"a": shared, "b": shared},
+        "f": np.asfortranarray(np.arange(12, dtype="f4").reshape(3, 4)),
+        "be": np.arange(5, dtype=">i4"),
+        "s": np.float32(2.5),
+        "b": np.array([True, False]),
+        "h": np.arange(3, dtype="f2"),
+        "empty": np.zeros((0, 3), "f8"),
+    }
+    path = str(tmp_path / "ok.pdparams")
+    with open(path, "wb") as f:
+        pickle.dump(value, f, protocol=4)
+    state = load_checkpoint(path)
+    for key in ("f", "be", "b", "h", "empty"):  # no tensor records: Paddle 2.0's format, arrays become tensors
+        np.testing.assert_array_equal(state[key].numpy(), value[key])
+    assert state["s"] == 2.5 and state["config"]["a"] == [1, 2] and state["config"]["a"] is state["config"]["b"]
+
+
 @fault(
     "a checkpoint without its 'optimizer' or 'config' entry given to --resume",
     "CheckpointError naming the file and the missing entries, exit 1",
