@@ -38,8 +38,12 @@ def greedy_episode(
     max_steps: int,
     rgb_frames: list | None = None,
     rgb_keep: int = RGB_KEEP,
+    sample_rng: np.random.Generator | None = None,
 ):
     """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info).
+
+    With ``sample_rng`` the actions are drawn from the policy's distribution with that generator
+    instead of taken by argmax (deterministic for a given generator state on a CPU).
 
     With ``rgb_frames`` (a list) and an env that has ``rgb_frame()``, the list receives
     ``(step, uint8[h, w, 3])`` screens (``shrink_screen``: halved while taller than 160 px)
@@ -62,7 +66,13 @@ def greedy_episode(
     with paddle.no_grad():
         while steps < max_steps:
             logits, _, _ = policy(unit_floats(obs[None]))
-            action = int(logits.numpy()[0].argmax())
+            logits = logits.numpy()[0].astype(np.float64)
+            if sample_rng is None:
+                action = int(logits.argmax())
+            else:  # inverse CDF of softmax(logits) at one uniform draw
+                probs = np.exp(logits - logits.max())
+                cdf = np.cumsum(probs / probs.sum())
+                action = int(min(np.searchsorted(cdf, sample_rng.random(), side="right"), len(cdf) - 1))
             obs, reward, done, info = env.step(action)
             ret += reward
             steps += 1
@@ -142,7 +152,16 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     p.add_argument(
         "--max-steps", type=int, default=None, help="cap on agent steps (default: the run's --max-eval-steps)"
     )
-    p.add_argument("--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma; the draws of --policy sample)"
+    )
+    p.add_argument(
+        "--policy",
+        default="greedy",
+        choices=("greedy", "sample"),
+        help="greedy: the most likely action (the training run's evaluation); sample: actions drawn from the "
+        "policy with --seed, as in training (a policy that breaks its loops by chance, e.g. in MiniGrid)",
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the policy runs")
     p.add_argument(
         "--plot",
@@ -181,6 +200,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
             args.max_steps or cfg.max_eval_steps,
             rgb_frames=screens,
             rgb_keep=ALONG_KEEP,
+            sample_rng=np.random.default_rng(args.seed) if args.policy == "sample" else None,
         )
     finally:
         env.close()

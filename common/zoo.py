@@ -8,10 +8,12 @@ as every checkpoint (no code in a file can run) and is a plain ``.pdparams`` fil
 game's ``play.py --checkpoint zoo/<name>.pdparams`` plays it.
 
 Next to it, ``zoo/<name>.json`` is its card: game, level, settings, the commit and run it came
-from, agent steps, hours on the 2-core machine, and what its greedy episode does. ``export``
-writes both and plays the episode itself, so the card's result is measured, never typed in;
-``tests/test_zoo.py`` plays every agent again and checks the card (a greedy episode with the
-card's seed is deterministic on a CPU).
+from, agent steps, hours on the 2-core machine, and what its episode does: greedy (the argmax
+of the policy, the training run's evaluation), or sampled from the policy with a seed where a
+greedy policy loops (MiniGrid agents break their loops by chance). ``export`` writes both and
+plays the episode itself, so the card's result is measured, never typed in; ``tests/test_zoo.py``
+plays every agent again and checks the card (an episode with the card's policy and seed is
+deterministic on a CPU).
 
     python -m common.zoo export --game mario --checkpoint runs/.../models/mario_1_1.pdparams \\
         --name mario-1-1-rnd --hours 3.2 --note "RND seed 0 of benchmarks/mario_flag.py"
@@ -80,15 +82,16 @@ def _commit() -> str:
         return "unknown"
 
 
-def play_once(game: str, path: str, seed: int = 0, output: str = "") -> dict:
-    """Play ``path`` greedily with the game's play entry point; returns its printed result."""
+def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:
+    """Play ``path`` once with the game's play entry point (``--policy greedy|sample``); returns its result."""
     from common.play import play
 
     spec = spec_of(game)
+    argv = ["--checkpoint", path, "--seed", str(seed), "--policy", policy]
     if output:
-        return play(spec, ["--checkpoint", path, "--seed", str(seed), "--output", output])
+        return play(spec, argv + ["--output", output])
     with tempfile.TemporaryDirectory() as tmp:
-        return play(spec, ["--checkpoint", path, "--seed", str(seed), "--output", os.path.join(tmp, "episode.mp4")])
+        return play(spec, argv + ["--output", os.path.join(tmp, "episode.mp4")])
 
 
 def card_result(result: dict) -> dict:
@@ -97,11 +100,19 @@ def card_result(result: dict) -> dict:
 
 
 def export(
-    game: str, checkpoint: str, name: str, hours=None, note: str = "", zoo: str = ZOO, seed: int = 0, gif: bool = False
+    game: str,
+    checkpoint: str,
+    name: str,
+    hours=None,
+    note: str = "",
+    zoo: str = ZOO,
+    seed: int = 0,
+    gif: bool = False,
+    policy: str = "greedy",
 ) -> dict:
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
-    checkpoint of ``game``; returns the card. The greedy episode on the card is played here; with
-    ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``)."""
+    checkpoint of ``game``; returns the card. The card's episode (``policy`` greedy or sample, ``seed``)
+    is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``)."""
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 
     spec = spec_of(game)
@@ -116,7 +127,7 @@ def export(
     cfg = spec.config_cls.from_dict(state["config"])
     with tempfile.TemporaryDirectory() as tmp:
         mp4 = os.path.join(tmp, "episode.mp4")
-        result = card_result(play_once(game, path, seed, mp4))
+        result = card_result(play_once(game, path, seed, mp4, policy))
         if gif:
             from common.video import gif_from_mp4
 
@@ -132,8 +143,9 @@ def export(
         "updates": int(state["update"]),
         "hours_on_2_core_cpu": hours,
         "commit": _commit(),
-        "greedy_episode": {"seed": seed, **result},
-        "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}",
+        "episode": {"policy": policy, "seed": seed, **result},
+        "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}"
+        + (f" --policy {policy} --seed {seed}" if policy != "greedy" else ""),
         "gif": name + ".gif" if gif else None,
         "note": note,
     }
@@ -160,7 +172,7 @@ TABLE_START, TABLE_END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
 
 def _episode(card) -> str:
     """What a card's greedy episode does, in a few words."""
-    ep = card["greedy_episode"]
+    ep = card["episode"]
     if card["game"] == "mario":
         flag = "reaches the flag" if ep.get("flag") else "no flag"
         return f"{flag}, x_pos {ep.get('x_pos', 0):.0f}, {ep['steps']} steps"
@@ -172,7 +184,7 @@ def _episode(card) -> str:
 def markdown_table(zoo: str = ZOO) -> str:
     """The zoo as a markdown table (README and zoo/README.md carry it between ``TABLE_START`` and ``TABLE_END``)."""
     rows = [
-        "| agent | game, level | method | agent steps | hours (2-core CPU) | greedy episode (seed 0) | MB |",
+        "| agent | game, level | method | agent steps | hours (2-core CPU) | its episode (policy, seed) | MB |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in cards(zoo):
@@ -181,7 +193,7 @@ def markdown_table(zoo: str = ZOO) -> str:
         method = "PPO" if method == "none" else f"PPO + {method.upper()}"
         rows.append(
             f"| `zoo/{c['file']}` | {c['game']} {c['level']} | {method} | {c['agent_steps']:,} | {hours} "
-            f"| {_episode(c)} | {c['megabytes']} |"
+            f"| {_episode(c)} ({c['episode']['policy']}, seed {c['episode']['seed']}) | {c['megabytes']} |"
         )
     return "\n".join(rows)
 
@@ -203,7 +215,13 @@ def main(argv=None):
     e.add_argument("--note", default="", help="where it comes from, in a sentence")
     e.add_argument("--zoo", default=ZOO, help="the zoo folder")
     e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
-    e.add_argument("--gif", action="store_true", help="also write the greedy episode as zoo/<name>.gif")
+    e.add_argument("--gif", action="store_true", help="also write the card's episode as zoo/<name>.gif")
+    e.add_argument(
+        "--policy",
+        default="greedy",
+        choices=("greedy", "sample"),
+        help="how the card's episode is played (play.py --policy): greedy, or sampled with --seed",
+    )
     sub.add_parser("table", help="rewrite the zoo table in README.md, README_cn.md and zoo/README.md from the cards")
     args = p.parse_args(argv)
     if args.command == "table":
@@ -217,7 +235,9 @@ def main(argv=None):
         return
     if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
         p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
-    card = export(args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed, args.gif)
+    card = export(
+        args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed, args.gif, args.policy
+    )
     print(json.dumps(card, indent=1))
 
 

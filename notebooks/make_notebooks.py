@@ -185,10 +185,11 @@ def zoo_cells(game: str, width: int):
                 print("no trained {game} agent in zoo/ yet: zoo/README.md lists the agents there are")
             for card in cards[:1]:
                 print(json.dumps({{k: card[k] for k in ("name", "level", "agent_steps", "hours_on_2_core_cpu",
-                                                        "greedy_episode")}}, indent=1))
+                                                        "episode")}}, indent=1))
                 zoo_mp4 = os.path.join(RUNS, "zoo_" + card["name"] + ".mp4")
                 os.makedirs(RUNS, exist_ok=True)
-                !{{sys.executable}} {game}/play.py --checkpoint zoo/{{card["file"]}} --output {{zoo_mp4}} --device {{DEVICE}}
+                ep = card["episode"]
+                !{{sys.executable}} {game}/play.py --checkpoint zoo/{{card["file"]}} --output {{zoo_mp4}} --device {{DEVICE}} --policy {{ep["policy"]}} --seed {{ep["seed"]}}
                 display(Video(zoo_mp4, embed=True, width={width}))
         """),
     ]

@@ -16,10 +16,9 @@ def test_zoo_agent_plays_as_its_card_says(card, tmp_path):
     """The greedy episode with the card's seed is deterministic on a CPU: the same numbers again."""
     path = os.path.join(zoo.ZOO, card["file"])
     assert os.path.getsize(path) <= zoo.MAX_BYTES
-    result = zoo.card_result(
-        zoo.play_once(card["game"], path, card["greedy_episode"]["seed"], str(tmp_path / "episode.mp4"))
-    )
-    expected = {k: v for k, v in card["greedy_episode"].items() if k != "seed"}
+    ep = card["episode"]
+    result = zoo.card_result(zoo.play_once(card["game"], path, ep["seed"], str(tmp_path / "episode.mp4"), ep["policy"]))
+    expected = {k: v for k, v in ep.items() if k not in ("seed", "policy")}
     assert result == expected
     assert os.path.getsize(tmp_path / "episode.mp4") > 1000
 
@@ -71,8 +70,10 @@ def test_export_writes_weights_only_and_a_measured_card(tmp_path):
     assert os.path.getsize(path) < os.path.getsize(result["checkpoint"]) / 2
     assert card["level"] == "DoorKey-5x5" and card["agent_steps"] == 128
     again = zoo.card_result(zoo.play_once("gridworld", str(path), 0))
-    assert again == {k: v for k, v in card["greedy_episode"].items() if k != "seed"}
+    assert again == {k: v for k, v in card["episode"].items() if k not in ("seed", "policy")}
+    sampled = [zoo.card_result(zoo.play_once("gridworld", str(path), 3, policy="sample")) for _ in range(2)]
+    assert sampled[0] == sampled[1]  # a sampled episode repeats with its seed
     assert zoo.cards(str(tmp_path))[0]["name"] == "tiny-agent"
     with pytest.raises(CheckpointError, match="incomplete"):
         Trainer(SPEC, GridConfig(log_path=str(tmp_path), run_name="resumed", resume=str(path)))
-    assert np.isfinite(card["greedy_episode"]["return"])
+    assert np.isfinite(card["episode"]["return"])
