@@ -218,7 +218,10 @@ class TrainConfig(RunConfig):
         "(paddle.distributed.launch --nproc_per_node); refused otherwise. See docs/distributed.md",
     )
     num_global_steps: int = arg(5_000_000, "stop after this many agent steps summed over all envs")
-    save_interval: int = arg(50, "save a checkpoint every this many updates")
+    save_interval: int = arg(50, "save a checkpoint every this many updates (0: never by count)")
+    save_minutes: float = arg(
+        0.0, "also save a checkpoint after an update when this many minutes have passed since the last one (0: off)"
+    )
     eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
     video_interval: int = arg(10, "record the evaluation episode to mp4 every this many updates (0: never)")
     eval_in_background: bool = arg(
@@ -372,6 +375,7 @@ class TrainConfig(RunConfig):
             f"one of {', '.join(self.RECIPES)}" if self.RECIPES else "nothing: this game has no recipes",
         )
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
+        need(self.save_minutes >= 0, "save-minutes", self.save_minutes, "0 (off) or a positive number of minutes")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(
             self.vec_env != "ray" or self.num_workers >= 0,

@@ -125,6 +125,7 @@ class Trainer:
         self.nonfinite = NonFiniteSteps(cfg.max_nan_updates, "update")
         self.last_checkpoint = ""
         self.saved_update = -1
+        self.saved_at = time.monotonic()  # when the last checkpoint was written (--save-minutes)
         self.last_eval = None  # the latest logged eval result
         self.solved = False  # a greedy eval solved the level (ends the run with --stop-when-solved)
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
@@ -217,7 +218,7 @@ class Trainer:
         name = name or self.spec.checkpoint_name(self.cfg, self.update)
         self.last_checkpoint = self.folder.save(name, self.state_dict() if state is None else state)
         if state is None or state["update"] == self.update:
-            self.saved_update = self.update
+            self.saved_update, self.saved_at = self.update, time.monotonic()
         return self.last_checkpoint
 
     def math_threads(self):
@@ -442,7 +443,8 @@ class Trainer:
             self.log.picture(self.update, self.buffer, raw_int, notes.records)
         if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:
             self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
-        if cfg.save_interval and self.update % cfg.save_interval == 0:
+        due = main and bool(cfg.save_minutes) and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
+        if (cfg.save_interval and self.update % cfg.save_interval == 0) or self.world.any(due):  # rank 0's clock
             self.save()
         self.buffer.finish()
         self._log_evals(block=False)

@@ -84,3 +84,35 @@ def test_stop_when_solved_ends_the_run_after_the_first_solving_eval(tmp_path):
     result = Trainer(spec, cfg).train()
     assert result["update"] == 1 and not result["stopped_by_signal"]
     assert os.path.exists(os.path.join(result["run_dir"], "models", SPEC.checkpoint_name(cfg, None)))
+
+
+@pytest.mark.slow
+def test_save_minutes_saves_by_the_clock(tmp_path):
+    """--save-minutes: with --save-interval 0, a checkpoint after each update once the minutes have passed."""
+    from common.trainer import Trainer
+    from gridworld.train import SPEC, GridConfig
+
+    cfg = GridConfig(
+        num_processes=2,
+        num_local_steps=8,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=3 * 16,
+        obs_norm_steps=1,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=0,
+        save_minutes=1e-9,
+        histogram_interval=0,
+        picture_interval=0,
+        log_path=str(tmp_path),
+        run_name="clock",
+    )
+    Trainer(SPEC, cfg).train()
+    saved = sorted(os.listdir(tmp_path / "clock" / "models"))
+    assert saved == [SPEC.checkpoint_name(cfg, u) for u in (1, 2, 3)]
+    cfg = dataclasses.replace(cfg, save_minutes=60.0, run_name="hour")
+    Trainer(SPEC, cfg).train()
+    assert sorted(os.listdir(tmp_path / "hour" / "models")) == [SPEC.checkpoint_name(cfg, 3)]  # the final save only
+    with pytest.raises(SystemExit):
+        parse_config(GridConfig, ["--save-minutes", "-1"])
