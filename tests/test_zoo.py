@@ -77,3 +77,11 @@ def test_export_writes_weights_only_and_a_measured_card(tmp_path):
     with pytest.raises(CheckpointError, match="incomplete"):
         Trainer(SPEC, GridConfig(log_path=str(tmp_path), run_name="resumed", resume=str(path)))
     assert np.isfinite(card["episode"]["return"])
+
+
+def test_the_readmes_show_the_zoo_as_its_cards_say():
+    table = zoo.markdown_table()
+    for name in ("README.md", "README_cn.md", os.path.join("zoo", "README.md")):
+        with open(os.path.join(zoo.ROOT, name), encoding="utf-8") as f:
+            text = f.read()
+        assert zoo.replace_table(text, table) == text, f"{name}: run python -m common.zoo table"
