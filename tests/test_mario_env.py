@@ -74,6 +74,22 @@ def test_process_frame_matches_tutorial_ops():
     assert process_frame(None).shape == (1, 84, 84)
 
 
+def test_screen_read_in_place_equals_process_frame(env):
+    """MarioEnv reads the emulator's BGRx memory in place (mario.env.bgrx_view): the same gray frames as
+    process_frame on nes-py's RGB view, screen after screen of a real episode."""
+    assert env._bgrx is not None  # little-endian x86 / ARM: the fast path is the one that runs
+    env.reset()
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        _, _, done, _ = env.step(int(rng.integers(0, env.num_actions)))
+        np.testing.assert_array_equal(env._gray(env.unwrapped.screen), process_frame(env.unwrapped.screen))
+        if done:
+            env.reset()
+    from mario.env import bgrx_view
+
+    assert bgrx_view(np.zeros((240, 256, 3), np.uint8)) is None  # any other layout: the copying path
+
+
 def test_tutorial_reward_skip_max_stack_on_scripted_episode(env):
     spy = FrameSpy(env.env)
     env.env = spy
