@@ -62,6 +62,24 @@ def make_folder(folder: str, flag: str, value: str) -> None:
         raise UnusablePathError(f"{flag} {value!r} is unusable: cannot create {folder}: {e.strerror}") from None
 
 
+#: the largest --seed: every generator a run seeds (Paddle, numpy, the emulators, MiniGrid) takes it
+MAX_SEED = 2**31 - 1
+PLAIN_NAME = "a plain folder name (no '/', not '.' or '..', at most 255 bytes)"
+
+
+def plain_name(name: str) -> bool:
+    """Whether ``name`` names a folder inside its parent and nothing else (empty: the default name)."""
+    if name == "":
+        return True
+    seps = [os.sep] + ([os.altsep] if os.altsep else [])
+    return (
+        name not in (".", "..")
+        and not any(sep in name for sep in seps)
+        and "\0" not in name
+        and len(os.fsencode(name)) <= 255
+    )
+
+
 def arg(default, help: str, choices=None, aliases=(), **kw):
     """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``)."""
     return field(default=default, metadata={"help": help, "choices": choices, "aliases": tuple(aliases), **kw})
@@ -151,6 +169,10 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
+        need(
+            type(self.seed) is int and 0 <= self.seed <= MAX_SEED, "seed", self.seed, f"an integer from 0 to {MAX_SEED}"
+        )
+        need(plain_name(self.run_name), "run-name", self.run_name, PLAIN_NAME)
         for f in dataclasses.fields(self):  # inf passes every range check (and NaN fails them all)
             v = getattr(self, f.name)
             if isinstance(v, float):
@@ -376,6 +398,13 @@ class TrainConfig(RunConfig):
         )
         need(self.worker_timeout > 0, "worker-timeout", self.worker_timeout, "a positive number of seconds")
         need(self.save_minutes >= 0, "save-minutes", self.save_minutes, "0 (off) or a positive number of minutes")
+        need(
+            not self.ray_address or self.vec_env == "ray",
+            "ray-address",
+            self.ray_address,
+            "nothing without --vec-env ray (it names the Ray cluster of the Ray env workers)",
+        )
+        need(1 <= self.intrinsic_frames <= 64, "intrinsic-frames", self.intrinsic_frames, "an integer from 1 to 64")
         need(self.num_workers >= -1, "num-workers", self.num_workers, "-1, 0 or a positive integer")
         need(
             self.vec_env != "ray" or self.num_workers >= 0,

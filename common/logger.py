@@ -87,6 +87,7 @@ class Logger:
         self.metrics_path = os.path.join(run_dir, "metrics.jsonl")
         with self._writing(run_dir):
             self.writer = LogWriter(logdir=run_dir, comment=comment)
+            repair_tail(self.metrics_path)
             self._jsonl = open(self.metrics_path, "a", encoding="utf-8")
         self.last: dict[str, float] = {}
 
@@ -374,6 +375,22 @@ class RunLog:
         keys = [*(self.recent[-1].keys() if self.recent else ()), *self.spec.episode_metrics({})]
         metrics = list(dict.fromkeys(metrics + [f"{p}/{k}" for p in ("eval", "episode") for k in keys]))
         self.lg.hparams(dict(self.cfg.to_dict()), metrics)
+
+
+def repair_tail(path: str) -> None:
+    """Cut a torn last line off ``path`` (a run killed mid-write), so that what is appended next starts a
+    line of its own; the cut is named in a warning."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+    warnings.warn(f"{path}: cut the torn last line ({data[keep : keep + 60]!r}) before appending", RuntimeWarning)
 
 
 def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -138,7 +138,9 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     (Montezuma: ``--map``).
     """
     from common.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from common.config import MAX_SEED, check_writable
     from common.device import set_device
+    from common.errors import UsageError
 
     p = argparse.ArgumentParser(description=f"Play {spec.name} greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
@@ -177,6 +179,15 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
         v = getattr(args, name)
         if v is not None and v <= 0:
             p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
+    if not 0 <= args.seed <= MAX_SEED:
+        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
+    for flag, path in (("--output", args.output), ("--plot", args.plot)):
+        if path:
+            try:
+                check_writable(os.path.dirname(os.path.abspath(path)), flag)
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except (UsageError, OSError) as e:
+                p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
     try:
         state = load_checkpoint(args.checkpoint, required=("policy", "update"))
         cfg = spec.config_cls.from_dict(state["config"])

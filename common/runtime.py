@@ -5,12 +5,29 @@ so a run of either behaves the same way at its edges.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import signal
 import warnings
 
 from common.config import RunConfig, UnusablePathError, check_writable, make_folder
-from common.errors import NonFiniteLossError
+from common.errors import NonFiniteLossError, UsageError
+
+
+def holds_run(folder: str) -> bool:
+    """Whether ``folder`` holds a run (its config.json or metrics.jsonl)."""
+    return any(os.path.exists(os.path.join(folder, f)) for f in ("config.json", "metrics.jsonl"))
+
+
+def own_run_folder(checkpoint: str) -> str | None:
+    """The run folder a checkpoint was saved in (``<run>/models/<file>``, next to the run's config.json), or None."""
+    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(checkpoint)))
+    return (
+        run_dir
+        if os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) == "models" and holds_run(run_dir)
+        else None
+    )
 
 
 class RunFolder:
@@ -22,18 +39,31 @@ class RunFolder:
     """
 
     def __init__(self, cfg: RunConfig, default_name: str):
-        self.run_dir = os.path.join(cfg.log_path, cfg.run_name or default_name)
+        own = own_run_folder(cfg.resume) if cfg.resume and not cfg.run_name else None
+        self.run_dir = own or os.path.join(cfg.log_path, cfg.run_name or default_name)
         self.saved_path = cfg.saved_path or os.path.join(self.run_dir, "models")
         self._log_flag = ("--log-path", cfg.log_path)
         self._saved_flag = ("--saved-path", cfg.saved_path) if cfg.saved_path else self._log_flag
-        check_writable(cfg.log_path, "--log-path")
+        check_writable(os.path.dirname(self.run_dir) or ".", "--log-path")
         if cfg.saved_path:
             check_writable(cfg.saved_path, "--saved-path")
+        if holds_run(self.run_dir):
+            theirs = own_run_folder(cfg.resume) if cfg.resume else None
+            if theirs is None or os.path.realpath(theirs) != os.path.realpath(self.run_dir):
+                raise UsageError(
+                    f"run folder {self.run_dir} already holds a run: a new run never writes into it. Choose another "
+                    "--run-name, or continue that run with --resume <one of its checkpoints>"
+                    + (f" (--resume {cfg.resume!r} belongs to another run folder)" if cfg.resume else "")
+                )
 
     def create(self, cfg: RunConfig) -> None:
-        """Make both folders and write the run's full config as ``run_dir/config.json``."""
+        """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
+        here) and write the run's full config as ``run_dir/config.json``."""
         make_folder(self.saved_path, *self._saved_flag)
         make_folder(self.run_dir, *self._log_flag)
+        for stale in glob.glob(os.path.join(glob.escape(self.saved_path), ".tmp_*")):
+            with contextlib.suppress(OSError):
+                os.remove(stale)
         try:
             cfg.to_json(os.path.join(self.run_dir, "config.json"))
         except OSError as e:

@@ -279,6 +279,101 @@ def test_incomplete_checkpoint_is_named(tmp_path):
         assert not (tmp_path / "x").exists()  # a refused --resume leaves no empty run folder
 
 
+# ------------------------------------------------------------------------------- run folders
+@fault(
+    "--run-name ../../x, an absolute --run-name, or one of 300 characters",
+    "refused by the flag check: '--run-name ... is invalid: expected a plain folder name', exit 2",
+    "nothing is written outside --log-path",
+)
+def test_run_names_cannot_escape_the_log_path(tmp_path):
+    for name in ("../../escaped", str(tmp_path / "abs"), "a/b", "..", "x" * 300):
+        res = script("gridworld/train.py", "--run-name", name, "--log-path", str(tmp_path / "runs"))
+        assert res.returncode == 2 and "--run-name" in res.stderr and "plain folder name" in res.stderr, res.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "abs").exists()
+
+
+@fault(
+    "a new run given the --run-name of an earlier run",
+    "refused before anything is written: 'run folder ... already holds a run: ... or continue that run with "
+    "--resume', exit 2; --resume of one of its checkpoints continues in that folder (without --run-name too)",
+    "the earlier run's checkpoints, config.json and metrics.jsonl are untouched",
+)
+def test_a_run_folder_is_never_reused_by_a_new_run(tmp_path):
+    first = Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=16)).train()
+    run_dir = first["run_dir"]
+    before = {f: os.path.getmtime(os.path.join(run_dir, f)) for f in ("config.json", "metrics.jsonl")}
+    with pytest.raises(Exception, match="already holds a run"):
+        Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=16))
+    assert before == {f: os.path.getmtime(os.path.join(run_dir, f)) for f in before}
+    res = script("gridworld/train.py", "--run-name", "same", "--log-path", str(tmp_path))
+    assert res.returncode == 2 and "already holds a run" in res.stderr and "--resume" in res.stderr, res.stderr
+    # a resume continues its own folder, named or not
+    resumed = Trainer(GRID, grid_cfg(tmp_path, run_name="", num_global_steps=32, resume=first["checkpoint"])).train()
+    assert resumed["run_dir"] == run_dir and resumed["update"] == 2
+    with pytest.raises(Exception, match="belongs to another run folder"):
+        other = Trainer(GRID, grid_cfg(tmp_path, run_name="other", num_global_steps=16)).train()
+        Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=48, resume=other["checkpoint"]))
+
+
+@fault(
+    "resuming a run whose metrics.jsonl ends in a torn line (killed mid-write), or whose folder holds a "
+    "partial .tmp_*.pdparams of a save that was SIGKILLed",
+    "the torn line is cut (a warning names it) before new records are appended; the stale temporary file "
+    "is removed at start",
+    "every complete record; read_metrics reads the whole file",
+)
+def test_resume_repairs_a_torn_metrics_tail_and_removes_stale_temporaries(tmp_path):
+    first = Trainer(GRID, grid_cfg(tmp_path, run_name="torn", num_global_steps=16)).train()
+    run_dir = first["run_dir"]
+    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+        f.write('{"tag": "perf/steps_per_sec", "st')
+    stale = os.path.join(run_dir, "models", ".tmp_abc123.pdparams")
+    open(stale, "wb").write(b"\0" * 1000)
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        Trainer(GRID, grid_cfg(tmp_path, run_name="torn", num_global_steps=32, resume=first["checkpoint"])).train()
+    assert not os.path.exists(stale)
+    steps, _ = read_metrics(run_dir)["perf/steps_per_sec"]  # no error: every line is whole
+    assert len(steps) == 2
+
+
+@fault(
+    "--seed -1 or 2**64+1 (every train.py, play.py), --intrinsic-frames 0 or 99, --ray-address without "
+    "--vec-env ray, play.py --output / --plot in a read-only folder",
+    "refused naming the flag, the value and what is accepted, exit 2",
+    "nothing is started",
+)
+def test_careless_values_are_named(tmp_path):
+    for entry in ("gridworld/train.py", "mario/train.py", "pong/train.py"):
+        for seed in ("-1", str(2**64 + 1)):
+            res = script(entry, "--seed", seed, "--log-path", str(tmp_path / "runs"))
+            assert res.returncode == 2 and f"--seed {seed} is invalid" in res.stderr, (entry, res.stderr[-500:])
+    for frames in ("0", "99"):
+        res = script("gridworld/train.py", "--intrinsic-frames", frames, "--log-path", str(tmp_path / "runs"))
+        assert res.returncode == 2 and f"--intrinsic-frames {frames} is invalid" in res.stderr, res.stderr[-500:]
+    res = script("gridworld/train.py", "--intrinsic-frames", "4", "--log-path", str(tmp_path / "runs"))
+    assert res.returncode == 2 and "expected 1 to 3" in res.stderr, res.stderr[-500:]
+    res = script("gridworld/train.py", "--ray-address", "auto", "--log-path", str(tmp_path / "runs"))
+    assert res.returncode == 2 and "--ray-address 'auto' is invalid" in res.stderr, res.stderr[-500:]
+    assert not (tmp_path / "runs").exists()
+    ckpt = Trainer(GRID, grid_cfg(tmp_path, run_name="p", num_global_steps=16)).train()["checkpoint"]
+    res = script("gridworld/play.py", "--checkpoint", ckpt, "--seed", "-1")
+    assert res.returncode == 2 and "--seed -1 is invalid" in res.stderr
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    for flag in ("--output", "--plot"):  # a parent that is a file: unusable for anyone, root included
+        res = script("gridworld/play.py", "--checkpoint", ckpt, flag, str(a_file / "x.png"))
+        assert res.returncode == 2 and flag in res.stderr and "not a folder" in res.stderr, res.stderr[-500:]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if not os.access(locked, os.W_OK):  # (root may write anywhere: then this part cannot be made)
+            res = script("gridworld/play.py", "--checkpoint", ckpt, "--output", str(locked / "x.mp4"))
+            assert res.returncode == 2 and "not writable" in res.stderr, res.stderr[-500:]
+    finally:
+        locked.chmod(0o700)
+
+
 # ------------------------------------------------------------------------------- updates
 @fault(
     "--lr inf, --lr nan, --target-lr inf",

@@ -72,6 +72,13 @@ def make_intrinsic(
 def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
     """The intrinsic module of a run: ``cfg.intrinsic`` (a ``TrainConfig``) with the game's networks
     (``spec``, a ``GameSpec``) for observations of ``obs_shape``; untrained until a state is loaded."""
+    from common.errors import UsageError
+
+    if cfg.intrinsic != "none" and not 1 <= cfg.intrinsic_frames <= obs_shape[0]:
+        raise UsageError(
+            f"--intrinsic-frames {cfg.intrinsic_frames} is invalid: expected 1 to {obs_shape[0]} "
+            f"(this game's observations stack {obs_shape[0]})"
+        )
     return make_intrinsic(
         cfg.intrinsic,
         lambda c: spec.make_intrinsic_networks(cfg, c),
