@@ -96,18 +96,23 @@ class VideoRecorder:
         return f"VideoRecorder({self.path!r}, fps={self.fps:g}, frames={self.num_frames})"
 
 
-def gif_from_mp4(mp4: str, gif: str, every: int = 4, shrink: int = 2, fps: float = 15.0) -> str:
-    """An animated GIF of ``mp4`` for a README: every ``every``-th frame, each side divided by ``shrink``
-    (pixels dropped, not blended: game screens stay crisp), played at ``fps``, looping. Returns ``gif``."""
+def gif_from_mp4(mp4: str, gif: str, max_fps: float = 15.0, max_height: int = 160) -> str:
+    """An animated GIF of ``mp4`` for a README: at most ``max_fps`` frames a second (every k-th frame of a
+    faster video), halved while taller than ``max_height`` (pixels dropped, not blended: game screens stay
+    crisp; NES 240x256 -> 120x128), looping. Returns ``gif``."""
     import imageio.v2 as imageio
 
     reader = imageio.get_reader(mp4, format="FFMPEG")
     try:
-        frames = [np.asarray(f)[::shrink, ::shrink] for k, f in enumerate(reader) if k % every == 0]
+        fps = float(reader.get_meta_data().get("fps") or max_fps)
+        every = max(1, round(fps / max_fps))
+        frames = [np.asarray(f) for k, f in enumerate(reader) if k % every == 0]
     finally:
         reader.close()
     if not frames:
         raise ValueError(f"{mp4} holds no frames")
+    while frames[0].shape[0] > max_height:
+        frames = [f[::2, ::2] for f in frames]
     os.makedirs(os.path.dirname(os.path.abspath(gif)), exist_ok=True)
-    imageio.mimsave(gif, frames, format="GIF", duration=1000.0 / fps, loop=0)
+    imageio.mimsave(gif, frames, format="GIF", duration=1000.0 * every / fps, loop=0)
     return gif

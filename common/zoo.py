@@ -109,10 +109,12 @@ def export(
     seed: int = 0,
     gif: bool = False,
     policy: str = "greedy",
+    commit: str = "",
 ) -> dict:
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
     checkpoint of ``game``; returns the card. The card's episode (``policy`` greedy or sample, ``seed``)
-    is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``)."""
+    is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``).
+    ``commit`` is the one the agent was trained from (default: this checkout's)."""
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 
     spec = spec_of(game)
@@ -142,7 +144,8 @@ def export(
         "agent_steps": int(state.get("global_step", 0)),
         "updates": int(state["update"]),
         "hours_on_2_core_cpu": hours,
-        "commit": _commit(),
+        "trained_at_commit": commit or _commit(),
+        "exported_at_commit": _commit(),
         "episode": {"policy": policy, "seed": seed, **result},
         "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}"
         + (f" --policy {policy} --seed {seed}" if policy != "greedy" else ""),
@@ -216,6 +219,7 @@ def main(argv=None):
     e.add_argument("--zoo", default=ZOO, help="the zoo folder")
     e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
     e.add_argument("--gif", action="store_true", help="also write the card's episode as zoo/<name>.gif")
+    e.add_argument("--commit", default="", help="the commit the agent was trained from (default: this checkout's)")
     e.add_argument(
         "--policy",
         default="greedy",
@@ -236,7 +240,16 @@ def main(argv=None):
     if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
         p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
     card = export(
-        args.game, args.checkpoint, args.name, args.hours, args.note, args.zoo, args.seed, args.gif, args.policy
+        args.game,
+        args.checkpoint,
+        args.name,
+        args.hours,
+        args.note,
+        args.zoo,
+        args.seed,
+        args.gif,
+        args.policy,
+        args.commit,
     )
     print(json.dumps(card, indent=1))
 
