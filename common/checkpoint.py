@@ -152,11 +152,17 @@ def _max_references(data: bytes) -> int:
     return len(data) + 1000  # each reference costs at least one byte of pickle; slack for tiny files
 
 
-def load_checkpoint(path: str, required=()) -> dict:
+#: counters a checkpoint may hold: each an integer >= 0
+COUNTERS = ("update", "global_step", "nan_total", "world_size", "env_steps", "episodes", "train_steps")
+
+
+def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
     """A checkpoint written by ``save_checkpoint``, read without running code from the file.
 
-    Raises ``CheckpointError`` (naming the file) when it is missing, unreadable, unsafe,
-    not a checkpoint of this project or lacks one of ``REQUIRED_KEYS`` or ``required``.
+    Raises ``CheckpointError`` (naming the file, and the entry where one is at fault) when it is
+    missing, unreadable, unsafe, not a checkpoint of this project, of another ``game``, of another
+    format version, lacks one of ``REQUIRED_KEYS`` or ``required``, holds a counter that is not an
+    integer >= 0 or a config that is not a dict, or a tensor with a NaN or inf.
     """
     data = _read(path)
     try:
@@ -167,19 +173,71 @@ def load_checkpoint(path: str, required=()) -> dict:
                 f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
                 "tutorial's policy weights?): expected a dict with 'game', 'policy', ..."
             )
+        if game is not None and raw["game"] != game:
+            raise CheckpointError(f"{path} was written by game {raw['game']!r}; this is {game!r}")
+        if raw["format"] != FORMAT_VERSION:
+            raise CheckpointError(
+                f"{path}: checkpoint format {raw['format']!r}; this version reads format {FORMAT_VERSION}"
+            )
         keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
         missing = [k for k in keys if k not in raw]
         if missing:
             raise CheckpointError(
                 f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
             )
-        return resolve(raw, _max_references(data), paddle.to_tensor)
+        for key in COUNTERS:
+            if key in raw and not (type(raw[key]) is int and raw[key] >= 0):
+                raise CheckpointError(f"{path}: entry {key!r} is {str(raw[key])[:40]!r}: expected an integer >= 0")
+        if not isinstance(raw["config"], dict):
+            raise CheckpointError(f"{path}: entry 'config' is a {type(raw['config']).__name__}: expected a dict")
+        state = resolve(raw, _max_references(data), paddle.to_tensor)
     except UnsafeFileError as e:
         raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
     except CheckpointError:
         raise
     except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
         raise CheckpointError(f"cannot read checkpoint {path!r}: {type(e).__name__}: {e}") from e
+    bad = nonfinite_tensors(state)
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise CheckpointError(f"{path}: non-finite values (NaN or inf) in {', '.join(bad[:5])}{more}")
+    return state
+
+
+def load_weights(layer, weights, what: str) -> None:
+    """``layer.set_state_dict(weights)`` after checking that ``weights`` has exactly the layer's entries,
+    each a tensor of the parameter's shape and dtype. Paddle itself only warns ("Skip loading") and
+    keeps the fresh weights of a mismatched entry; here a ``ValueError`` names ``what`` and the entry."""
+    if not isinstance(weights, dict):
+        raise ValueError(f"{what}: a {type(weights).__name__} where the network's weights were expected")
+    want = layer.state_dict()
+    missing, extra = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
+    if missing or extra:
+        raise ValueError(
+            f"{what}: "
+            + "; ".join(
+                part
+                for part in (
+                    f"missing {', '.join(missing[:5])}" if missing else "",
+                    f"unexpected {', '.join(extra[:5])}" if extra else "",
+                )
+                if part
+            )
+        )
+    for name, param in want.items():
+        value = weights[name]
+        if not isinstance(value, (paddle.Tensor, np.ndarray)):
+            raise ValueError(f"{what}/{name}: a {type(value).__name__} where a tensor was expected")
+        if tuple(value.shape) != tuple(param.shape):
+            raise ValueError(f"{what}/{name}: shape {tuple(value.shape)}, the network's is {tuple(param.shape)}")
+        if str(value.dtype).replace("paddle.", "") != str(param.dtype).replace("paddle.", ""):
+            raise ValueError(f"{what}/{name}: dtype {value.dtype}, the network's is {param.dtype}")
+    layer.set_state_dict(weights)
+
+
+def _shape(value):
+    """A tensor's or array's shape as a tuple; what else it is, where it is neither."""
+    return tuple(value.shape) if isinstance(value, (paddle.Tensor, np.ndarray)) else f"a {type(value).__name__}"
 
 
 def check_compatible(state: dict, game: str, expected: dict, path: str = "checkpoint") -> None:
@@ -196,9 +254,9 @@ def check_compatible(state: dict, game: str, expected: dict, path: str = "checkp
             if not isinstance(have, dict):
                 raise CheckpointError(f"{path} has no {key!r} state")
             mismatched = [
-                f"{k}: checkpoint {tuple(have[k].shape) if k in have else 'missing'} vs run {tuple(v.shape)}"
+                f"{k}: checkpoint {_shape(have[k]) if k in have else 'missing'} vs run {tuple(v.shape)}"
                 for k, v in want.items()
-                if k not in have or tuple(have[k].shape) != tuple(v.shape)
+                if k not in have or _shape(have[k]) != tuple(v.shape)
             ]
             if mismatched or set(have) != set(want):
                 extra = sorted(set(have) - set(want))
@@ -229,13 +287,25 @@ def optimizer_state(optimizer) -> dict:
 
 
 def set_optimizer_state(optimizer, state: dict) -> None:
-    """Inverse of ``optimizer_state`` for this optimizer's parameters."""
+    """Inverse of ``optimizer_state`` for this optimizer's parameters. A ``ValueError`` names an entry for a
+    parameter the optimizer does not have, or a moment whose shape is not its parameter's."""
+    if not isinstance(state, dict):
+        raise ValueError(f"optimizer state: a {type(state).__name__} where a dict was expected")
     params = optimizer._parameter_list
     renamed = {}
     for key, value in state.items():
         if key.startswith("@param"):
-            idx, rest = key[len("@param") :].split("_", 1)
-            key = f"{params[int(idx)].name}_{rest}"
+            idx, _, rest = key[len("@param") :].partition("_")
+            if not idx.isdigit() or int(idx) >= len(params):
+                raise ValueError(f"optimizer state {key!r}: the optimizer has parameters 0 to {len(params) - 1}")
+            param = params[int(idx)]
+            if not isinstance(value, (paddle.Tensor, np.ndarray)):
+                raise ValueError(f"optimizer state {key!r}: a {type(value).__name__} where a tensor was expected")
+            if "moment" in rest and tuple(value.shape) != tuple(param.shape):
+                raise ValueError(
+                    f"optimizer state {key!r}: shape {tuple(value.shape)}, its parameter's is {tuple(param.shape)}"
+                )
+            key = f"{param.name}_{rest}"
         renamed[key] = value
     optimizer.set_state_dict(renamed)
 

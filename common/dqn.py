@@ -36,7 +36,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
-from common.checkpoint import optimizer_state, set_optimizer_state
+from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.nets import Net
 from common.optim import adam
 
@@ -285,8 +285,8 @@ class DoubleDQN:
         }
 
     def set_state_dict(self, state: dict) -> None:
-        self.q_net.set_state_dict(state["q_net"])
-        self.target_net.set_state_dict(state["target_net"])
+        load_weights(self.q_net, state["q_net"], "policy")
+        load_weights(self.target_net, state["target_net"], "learner/target_net")
         set_optimizer_state(self.optimizer, state["optimizer"])
         self.train_count = int(state["train_count"])
         self.sync_count = int(state["sync_count"])

@@ -192,7 +192,7 @@ class DQNTrainer:
 
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game, agent or network."""
-        state = load_checkpoint(path, required=CHECKPOINT_KEYS)
+        state = load_checkpoint(path, required=CHECKPOINT_KEYS, game=self.spec.name)
         check_compatible(
             state, self.spec.name, {"agent": self.cfg.agent, "policy": self.learner.q_net.state_dict()}, path
         )

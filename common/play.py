@@ -137,7 +137,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     printed, plus the last ``info``), which returns what to add to the printed result
     (Montezuma: ``--map``).
     """
-    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
     from common.config import MAX_SEED, check_writable
     from common.device import set_device
     from common.errors import UsageError
@@ -189,15 +189,17 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
             except (UsageError, OSError) as e:
                 p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
     try:
-        state = load_checkpoint(args.checkpoint, required=("policy", "update"))
+        state = load_checkpoint(args.checkpoint, required=("policy", "update"), game=spec.name)
         cfg = spec.config_cls.from_dict(state["config"])
         obs_shape, num_actions = spec.spaces(cfg)
         set_device(args.device)
         policy = spec.make_policy(cfg, obs_shape, num_actions)
         check_compatible(state, spec.name, {"policy": policy.state_dict()}, args.checkpoint)
+        load_weights(policy, state["policy"], "policy")
     except CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
-    policy.set_state_dict(state["policy"])
+    except ValueError as e:  # a policy entry of another dtype or type
+        raise SystemExit(f"error: {args.checkpoint}: {e}") from None
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     plot = args.plot and _can_plot(cfg, state)
     screens = [] if plot else None

@@ -44,6 +44,7 @@ from common.checkpoint import (  # noqa: E402
     check_compatible,
     copy_state,
     load_checkpoint,
+    load_weights,
     nonfinite_tensors,
     optimizer_state,
     set_optimizer_state,
@@ -167,7 +168,7 @@ class Trainer:
 
     def set_learned_state(self, state: dict) -> None:
         """Restore ``learned_state``'s parts (from a checkpoint or a snapshot)."""
-        self.policy.set_state_dict(state["policy"])
+        load_weights(self.policy, state["policy"], "policy")
         self.actor.weights_changed()
         if state["optimizer"]:
             set_optimizer_state(self.ppo.optimizer, state["optimizer"])
@@ -193,7 +194,7 @@ class Trainer:
 
     def load(self, path: str) -> None:
         """Restore everything from a checkpoint; refuses one from another game or network."""
-        state = load_checkpoint(path, required=CHECKPOINT_KEYS)
+        state = load_checkpoint(path, required=CHECKPOINT_KEYS, game=self.spec.name)
         self.world.check_checkpoint(state, path, self.cfg.allow_world_size_change)
         check_compatible(
             state, self.spec.name, {"policy": self.policy.state_dict(), "intrinsic_name": self.cfg.intrinsic}, path

@@ -118,7 +118,7 @@ def export(
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 
     spec = spec_of(game)
-    state = load_checkpoint(checkpoint, required=("policy", "config", "update"))
+    state = load_checkpoint(checkpoint, required=("policy", "config", "update"), game=spec.name)
     check_compatible(state, spec.name, {}, checkpoint)
     path = os.path.join(zoo, name + ".pdparams")
     save_checkpoint(path, weights_only(state))

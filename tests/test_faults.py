@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -207,7 +208,7 @@ HOSTILE = {
     },
     "negative dimension": {"w": _array((-1, 4), b"\0" * 16)},
     "object dtype": {"w": _array((1,), b"\0" * 8, np.dtype("O"))},
-    "billion laughs": {"config": _laughs(60)},
+    "billion laughs": {"visited": _laughs(60)},
 }
 
 
@@ -277,6 +278,100 @@ def test_incomplete_checkpoint_is_named(tmp_path):
         with pytest.raises(CheckpointError, match=f"incomplete: it has no '{key}'"):
             Trainer(GRID, grid_cfg(tmp_path / "x", run_name=key, resume=path))
         assert not (tmp_path / "x").exists()  # a refused --resume leaves no empty run folder
+
+
+def _tamper(state, case):
+    """A copy of a real gridworld checkpoint's state, changed as a careless or hostile hand would."""
+    import copy
+
+    state = copy.copy(state)
+    policy = dict(state["policy"])
+    first = next(iter(policy))
+    if case == "update is a string":
+        state["update"] = "5"
+    elif case == "nan_total is a string":
+        state["nan_total"] = "0"
+    elif case == "world_size is a string":
+        state["world_size"] = "1"
+    elif case == "negative update":
+        state["update"] = -5
+    elif case == "weight as float64":
+        policy[first] = paddle.cast(policy[first], "float64")
+    elif case == "weight as int32":
+        policy[first] = paddle.cast(policy[first], "int32")
+    elif case == "policy entry a float":
+        policy[first] = 0.5
+    elif case == "NaN weight":
+        w = policy[first].numpy().copy()
+        w.flat[0] = np.nan
+        policy[first] = paddle.to_tensor(w)
+    elif case == "optimizer key for a missing parameter":
+        state["optimizer"] = {**state["optimizer"], "@param99_moment1_0": paddle.zeros([3])}
+    elif case == "optimizer moment of the wrong shape":
+        key = next(k for k in state["optimizer"] if "moment1" in k)
+        state["optimizer"] = {**state["optimizer"], key: paddle.zeros([7, 7])}
+    elif case == "intrinsic weight of the wrong shape":
+        predictor = dict(state["intrinsic"]["predictor"])
+        name = next(iter(predictor))
+        predictor[name] = paddle.zeros([*predictor[name].shape[:-1], predictor[name].shape[-1] + 1])
+        state["intrinsic"] = {**state["intrinsic"], "predictor": predictor}
+    elif case == "format 99":
+        state["format"] = 99
+    elif case == "config a list":
+        state["config"] = [1, 2]
+    elif case == "another game's checkpoint":
+        state = {"format": 1, "game": "pong", "config": {}, "policy": {}}
+    state["policy"] = policy if case != "another game's checkpoint" else state["policy"]
+    return state
+
+
+TAMPERED = {  # case -> what the error names
+    "update is a string": "entry 'update' is '5'",
+    "nan_total is a string": "entry 'nan_total'",
+    "world_size is a string": "entry 'world_size'",
+    "negative update": "entry 'update' is '-5'",
+    "weight as float64": "dtype",
+    "weight as int32": "dtype",
+    "policy entry a float": "checkpoint a float vs run",
+    "NaN weight": "non-finite values (NaN or inf) in policy/",
+    "optimizer key for a missing parameter": "the optimizer has parameters 0 to",
+    "optimizer moment of the wrong shape": "its parameter's is",
+    "intrinsic weight of the wrong shape": "intrinsic/predictor",
+    "format 99": "checkpoint format 99",
+    "config a list": "entry 'config' is a list",
+    "another game's checkpoint": "written by game 'pong'; this is 'gridworld'",
+}
+
+
+@fault(
+    "a checkpoint tampered with but harmless: counters as strings or negative, a weight as float64 / int32 or "
+    "a float, NaN weights, an optimizer entry for a parameter that does not exist or of the wrong shape, "
+    "intrinsic weights of the wrong shape, format 99, config a list, another game's checkpoint",
+    "CheckpointError naming the file and the entry (no traceback, no silently fresh weights), exit 1",
+    "nothing is trained or saved from it; no run folder is created",
+)
+@pytest.mark.parametrize("case", TAMPERED, ids=list(TAMPERED))
+def test_tampered_checkpoints_are_named(case, tmp_path, tampered_source):
+    path = str(tmp_path / "tampered.pdparams")
+    paddle.save(_tamper(tampered_source, case), path)
+    with pytest.raises(CheckpointError, match=re.escape(TAMPERED[case])) as e:
+        Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="resumed", resume=path))
+    assert path in str(e.value)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def tampered_source(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("source")
+    return load_checkpoint(Trainer(GRID, grid_cfg(tmp, num_global_steps=16)).train()["checkpoint"])
+
+
+def test_tampered_checkpoints_are_named_at_play(tmp_path, tampered_source):
+    for case in ("config a list", "weight as float64", "NaN weight"):
+        path = str(tmp_path / f"{case.replace(' ', '_')}.pdparams")
+        paddle.save(_tamper(tampered_source, case), path)
+        res = script("gridworld/play.py", "--checkpoint", path, "--output", str(tmp_path / "x.mp4"))
+        assert res.returncode == 1 and TAMPERED[case] in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
 # ------------------------------------------------------------------------------- run folders

@@ -14,7 +14,7 @@ import paddle
 import paddle.nn as nn
 
 from common import cpu
-from common.checkpoint import optimizer_state, set_optimizer_state
+from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.distributed import NO_SYNC
 from common.intrinsic.base import IntrinsicModule
 from common.normalize import RunningMeanStd
@@ -160,8 +160,8 @@ class DistillationModule(IntrinsicModule):
     def set_state_dict(self, state: dict) -> None:
         if state.get("name") != self.name:
             raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
-        self.target.set_state_dict(state["target"])
-        self.predictor.set_state_dict(state["predictor"])
+        load_weights(self.target, state["target"], "intrinsic/target")
+        load_weights(self.predictor, state["predictor"], "intrinsic/predictor")
         if state["predictor_opt"]:
             set_optimizer_state(self.predictor_opt, state["predictor_opt"])
         else:  # saved before the first update (e.g. the snapshot an update is rolled back to)

@@ -31,7 +31,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
-from common.checkpoint import optimizer_state, set_optimizer_state
+from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
 from common.intrinsic.rnd import DistillationModule
@@ -305,7 +305,7 @@ class _SNDBase(DistillationModule):
         else:  # the target never stepped in that state
             self.target_opt = self._adam(self.target_lr, self._target_params())
         if self.heads is not None:
-            self.heads.set_state_dict(state["heads"])
+            load_weights(self.heads, state["heads"], "intrinsic/heads")
 
 
 class SNDV(_SNDBase):

@@ -36,7 +36,7 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from common.checkpoint import optimizer_state, set_optimizer_state
+from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.dqn import to_float
 from common.intrinsic.base import IntrinsicModule
 from common.optim import adam
@@ -209,8 +209,8 @@ class SNDVArticle(IntrinsicModule):
     def set_state_dict(self, state: dict) -> None:
         if state.get("name") != self.name:
             raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
-        self.target.set_state_dict(state["target"])
-        self.predictor.set_state_dict(state["predictor"])
+        load_weights(self.target, state["target"], "intrinsic/target")
+        load_weights(self.predictor, state["predictor"], "intrinsic/predictor")
         set_optimizer_state(self.target_opt, state["target_opt"])
         set_optimizer_state(self.predictor_opt, state["predictor_opt"])
         self.rng.bit_generator.state = state["rng"]
