@@ -21,6 +21,18 @@ from common.game import GameSpec
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
+def abort_workers(trainer) -> None:
+    """A second Ctrl-C / SIGTERM: kill the run's child processes (env workers, the eval process) at once and
+    free the vec env's shared memory; nothing is saved."""
+    import multiprocessing as mp
+
+    for child in mp.active_children():
+        child.kill()
+    abort = getattr(getattr(trainer, "envs", None), "abort", None)
+    if abort is not None:
+        abort()
+
+
 def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
     """Entry point used by each game's train.py: parse flags, print the config, train.
 
@@ -44,6 +56,7 @@ def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
         raise SystemExit(2) from None
     except CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
+    trainer.stop.on_abort.append(lambda: abort_workers(trainer))
     try:
         result = trainer.train()
     except (RunStoppedError, NonFiniteLossError) as e:

@@ -9,6 +9,7 @@ import contextlib
 import glob
 import os
 import signal
+import sys
 import warnings
 
 from common.config import RunConfig, UnusablePathError, check_writable, make_folder
@@ -82,7 +83,8 @@ class RunFolder:
 
 class StopSignals:
     """While open, SIGINT and SIGTERM ask the loop to stop: ``signum`` is set and the loop finishes its
-    step, saves and closes. A second signal aborts at once (KeyboardInterrupt).
+    step, saves and closes. A second signal aborts at once: KeyboardInterrupt, or, where ``on_abort``
+    holds hooks (the entry points' workers), the hooks and then the process's exit with 128 + signum.
 
     ``with StopSignals("finishing this step, saving a checkpoint") as stop: ... stop.requested``
     """
@@ -90,6 +92,7 @@ class StopSignals:
     def __init__(self, doing: str):
         self.doing = doing
         self.signum: int | None = None
+        self.on_abort: list = []  # () -> None each, run before a second signal ends the process
         self._old = {}
 
     @property
@@ -107,7 +110,17 @@ class StopSignals:
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # the second Ctrl-C: give up at once
-            raise KeyboardInterrupt
+            if not self.on_abort:
+                raise KeyboardInterrupt
+            # An exception raised here could land inside a C++ callback (a PyLayer's backward) and come out
+            # as some other error; so the process ends here: the hooks end its workers, then exit 128 + signum.
+            name = signal.Signals(signum).name
+            print(f"\n{name} again: stopped at once, without saving", file=sys.stderr, flush=True)
+            for hook in self.on_abort:
+                with contextlib.suppress(BaseException):
+                    hook()
+            sys.stdout.flush()
+            os._exit(128 + signum)
         self.signum = signum
         print(
             f"\n{signal.Signals(signum).name} received: {self.doing} (press Ctrl-C again to abort without saving)",

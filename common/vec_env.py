@@ -953,6 +953,18 @@ class SubprocVecEnv(VecEnv):
                 pass
             self._shm = None
 
+    def abort(self) -> None:
+        """End every worker at once (SIGKILL) and free the shared memory: a second Ctrl-C, nothing is waited for."""
+        self._closed = True
+        for proc in self._processes:
+            with contextlib.suppress(Exception):
+                proc.kill()
+        if self._shm is not None:
+            with contextlib.suppress(Exception):
+                self._shm.close()
+                self._shm.unlink()
+            self._shm = None
+
     def __del__(self):
         try:
             self.close(timeout=1.0)

@@ -822,13 +822,18 @@ def test_unusable_log_path_is_a_flag_error(tmp_path):
 
 
 @fault(
-    "Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background",
+    "Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background; the same signal twice",
     "the step finishes, a checkpoint is saved, workers and the eval process end quietly (no FatalError), "
-    "exit 130 (SIGINT) or 143 (SIGTERM)",
+    "exit 130 (SIGINT) or 143 (SIGTERM); a second signal stops at once without saving, says so, same status, "
+    "no traceback",
     "the state of the last completed update",
 )
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_signals_save_and_exit_with_the_shells_status(sig, code, tmp_path):
+@pytest.mark.parametrize(
+    "sig, code, twice",
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
+    ids=["SIGINT", "SIGTERM", "SIGTERM twice"],
+)
+def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path):
     args = [
         "--num-processes",
         "2",
@@ -869,9 +874,19 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, tmp_path):
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.3)
     proc.send_signal(sig)
+    seen = ""
+    if twice:  # once the first is being handled, the second aborts at once: same status, a line saying so
+        while "received:" not in seen and proc.poll() is None:
+            seen += proc.stdout.readline()
+        proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
+    out = seen + out
     assert proc.returncode == code, out[-3000:]
     assert "FatalError" not in out and "Traceback" not in out, out[-3000:]
+    if twice:
+        assert "SIGTERM again: stopped at once, without saving" in out, out[-3000:]
+        assert "leaked" not in out, out[-3000:]  # the shared memory was freed
+        return
     state = load_checkpoint(checkpoints(tmp_path / "s")[-1])
     assert state["update"] >= 1
 
