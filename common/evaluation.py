@@ -58,7 +58,11 @@ class EvalProcessError(RuntimeError):
     """The evaluation process raised (the message carries its traceback) or died."""
 
 
-def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool, env):
+class EvalProcessLost(EvalProcessError):
+    """The evaluation process died or gave no sign of life for ``--worker-timeout`` seconds (hung, stopped)."""
+
+
+def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool, env, on_step=None):
     """One greedy evaluation episode of ``policy`` with ``weights`` (both evaluation paths play this).
 
     ``env``: the episode env kept between calls (None: make it); a recorded episode (``record_path``)
@@ -85,6 +89,7 @@ def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool,
             cfg.max_eval_steps,
             rgb_frames=rgb,
             rgb_keep=ALONG_KEEP if along else RGB_KEEP,
+            on_step=on_step,
         )
     finally:
         if record_path:
@@ -136,7 +141,8 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
                 break
             _, weights, seed, record_path, along = msg
             t = time.perf_counter()
-            result, env = play_greedy(spec, cfg, policy, weights, seed, record_path, along, env)
+            alive = lambda steps: conn.send(("alive", steps))  # noqa: E731 - the trainer's hang check
+            result, env = play_greedy(spec, cfg, policy, weights, seed, record_path, along, env, alive)
             conn.send(("result", {**result, "seconds": time.perf_counter() - t}))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the trainer went away
@@ -166,6 +172,7 @@ class BackgroundEvaluator:
             self._proc.start()
         child.close()
         self.busy = False
+        self.heard = time.monotonic()  # when the process last said something (a result or a sign of life)
 
     def submit(self, weights: dict, seed: int | None, record_path: str | None = None, along: bool = False) -> None:
         """Start one greedy episode with these policy weights (numpy state dict); one at a time.
@@ -177,7 +184,7 @@ class BackgroundEvaluator:
             self._conn.send(("eval", weights, seed, record_path, along))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._raise_dead()
-        self.busy = True
+        self.busy, self.heard = True, time.monotonic()
 
     def poll(self) -> dict | None:
         """The running episode's result if it has finished, else None (never blocks)."""
@@ -187,19 +194,37 @@ class BackgroundEvaluator:
         """Block until the running episode's result arrives (None on timeout or when nothing runs)."""
         if not self.busy:
             return None
-        ready = mp.connection.wait([self._conn, self._proc.sentinel], timeout)
-        if not ready:
-            return None
-        if self._conn not in ready and not self._conn.poll():
-            self._raise_dead()
-        try:
-            kind, payload = self._conn.recv()
-        except (EOFError, ConnectionResetError):
-            self._raise_dead()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:  # signs of life ("alive") are taken in passing
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = mp.connection.wait([self._conn, self._proc.sentinel], left)
+            if not ready:
+                return None
+            if self._conn not in ready and not self._conn.poll():
+                self._raise_dead()
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, ConnectionResetError):
+                self._raise_dead()
+            self.heard = time.monotonic()
+            if kind != "alive":
+                break
         self.busy = False
         if kind == "error":
             raise EvalProcessError(f"the evaluation process failed:\n{payload}")
         return payload
+
+    def silent_for(self) -> float:
+        """Seconds since the running episode last gave a sign of life (0 when nothing runs)."""
+        return time.monotonic() - self.heard if self.busy else 0.0
+
+    def kill(self) -> None:
+        """End the process at once (SIGKILL: a stopped or hung process too)."""
+        if self._proc.pid is not None and self._proc.exitcode is None:
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        self._conn.close()
+        self.busy = False
 
     def _check_alive(self) -> None:
         if not self._proc.is_alive():
@@ -208,7 +233,7 @@ class BackgroundEvaluator:
     def _raise_dead(self):
         self._proc.join(timeout=1)
         self.busy = False
-        raise EvalProcessError(
+        raise EvalProcessLost(
             f"the evaluation process (pid {self._proc.pid}) died: {_describe_exitcode(self._proc.exitcode)}"
         )
 
@@ -256,6 +281,8 @@ class Evaluations:
         self._pending = None  # the snapshot the background process is playing
         self._done: list = []  # (result, snapshot) ready to be handed out
         self.seconds = 0.0  # time the training loop spent here (background: hand-over and waiting)
+        self.lost = 0  # background evaluations lost to a dead or hung process (each skipped, the process replaced)
+        self.messages: list[str] = []  # what the trainer should print: each lost evaluation
 
     def start(self, snapshot: dict, seed: int, record_path: str | None = None) -> None:
         """Evaluate ``snapshot`` (a copy of ``Trainer.state_dict()``, kept until its result is handed out);
@@ -307,12 +334,34 @@ class Evaluations:
     def _collect(self, block: bool) -> None:
         if self._pending is None:
             return
-        result = self._background.poll()
-        while result is None and block and not self._stopping():
-            result = self._background.wait(timeout=0.2)
+        limit = self.cfg.worker_timeout
+        try:
+            result = self._background.poll()
+            while result is None and block and not self._stopping() and self._background.silent_for() <= limit:
+                result = self._background.wait(timeout=0.2)
+            if result is None and self._background.silent_for() > limit:
+                raise EvalProcessLost(f"the evaluation process gave no sign of life for {limit:g} s (hung or stopped)")
+        except EvalProcessLost as e:
+            self._lose(e)
+            return
         if result is not None:
             snapshot, self._pending = self._pending, None
             self._done.append((self._score(result, snapshot), snapshot))
+
+    def _lose(self, error: EvalProcessLost) -> None:
+        """Skip the evaluation in flight and replace the process (the workers' policy: at most
+        ``--max-worker-restarts`` times in a run, then the run stops and saves)."""
+        update = self._pending["update"]
+        self._background.kill()
+        self._background, self._pending = None, None
+        self.lost += 1
+        limit = self.cfg.max_worker_restarts
+        if self.lost > limit:
+            raise EvalProcessLost(f"{error}; {self.lost} evaluations lost, more than --max-worker-restarts {limit}")
+        self.messages.append(
+            f"the evaluation of update {update} was lost and is skipped ({error}); a new evaluation process "
+            f"takes over ({self.lost} of at most {limit} in this run)"
+        )
 
     def _play_here(self, snapshot: dict, seed: int, record_path: str | None, along: bool) -> dict:
         if self._policy is None:
@@ -374,4 +423,4 @@ def spec_module(spec) -> str:
     return ".".join(best)
 
 
-__all__ = ["BackgroundEvaluator", "EvalProcessError", "Evaluations", "spec_module"]
+__all__ = ["BackgroundEvaluator", "EvalProcessError", "EvalProcessLost", "Evaluations", "spec_module"]

@@ -21,6 +21,7 @@ STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in 
 #: every screen of an episode of up to 1,023 steps (Mario's halved screens: 47 MB at most)
 ALONG_KEEP = 512
 SCREEN_MAX_HEIGHT = 160
+PROGRESS_EVERY = 50  # steps between two calls of greedy_episode's on_step
 
 
 def shrink_screen(frame: np.ndarray, max_height: int = SCREEN_MAX_HEIGHT) -> np.ndarray:
@@ -39,11 +40,13 @@ def greedy_episode(
     rgb_frames: list | None = None,
     rgb_keep: int = RGB_KEEP,
     sample_rng: np.random.Generator | None = None,
+    on_step=None,
 ):
     """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info).
 
     With ``sample_rng`` the actions are drawn from the policy's distribution with that generator
-    instead of taken by argmax (deterministic for a given generator state on a CPU).
+    instead of taken by argmax (deterministic for a given generator state on a CPU). ``on_step(steps)``,
+    if given, is called every ``PROGRESS_EVERY`` steps (the background eval's sign of life).
 
     With ``rgb_frames`` (a list) and an env that has ``rgb_frame()``, the list receives
     ``(step, uint8[h, w, 3])`` screens (``shrink_screen``: halved while taller than 160 px)
@@ -76,6 +79,8 @@ def greedy_episode(
             obs, reward, done, info = env.step(action)
             ret += reward
             steps += 1
+            if on_step is not None and steps % PROGRESS_EVERY == 0:
+                on_step(steps)
             stacks.append(obs)
             repeat = repeat + 1 if action == last_action else 1
             last_action = action

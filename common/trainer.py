@@ -330,6 +330,11 @@ class Trainer:
         """Log finished evals; a greedy policy that solved the level is saved (the evaluated snapshot)."""
         with self.math_threads():
             finished = self.evals.finished(block)
+        for message in self.evals.messages:
+            tqdm.write(message)
+        if self.evals.messages:
+            self.logger.scalar(tags.EVALS_LOST, self.evals.lost, self.global_step)
+            self.evals.messages.clear()
         for result, snapshot in finished:
             self.log.eval(result, snapshot["update"], snapshot["global_step"])
             if self.spec.eval_success(result["info"]):

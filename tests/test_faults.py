@@ -9,6 +9,7 @@ outcome of every test, so the table says what was checked, not what was hoped.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pickle
@@ -889,6 +890,51 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path
         return
     state = load_checkpoint(checkpoints(tmp_path / "s")[-1])
     assert state["update"] >= 1
+
+
+@fault(
+    "the background evaluation process SIGSTOPped (hung) or SIGKILLed during a run",
+    "the lost evaluation is skipped with a message, a new evaluation process takes over (at most "
+    "--max-worker-restarts times), charts/evals_lost counts it; a stopped one is found by --worker-timeout",
+    "the run goes on to its end; later evaluations are logged",
+)
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["SIGSTOP", "SIGKILL"])
+def test_a_lost_background_evaluation_is_skipped_and_replaced(sig, tmp_path):
+    import psutil
+
+    args = [
+        *("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "32", "--batch-size", "2"),
+        *("--num-epochs", "1", "--num-global-steps", "2560", "--eval-interval", "1", "--max-eval-steps", "200"),
+        *("--save-interval", "0", "--obs-norm-steps", "1", "--worker-timeout", "4", "--video-interval", "0"),
+        *("--log-path", str(tmp_path), "--run-name", "e"),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    victim, deadline = None, time.time() + 180
+    while victim is None and time.time() < deadline and proc.poll() is None:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "resource_tracker" not in " ".join(child.cmdline()):
+                    victim = child
+        time.sleep(0.2)
+    assert victim is not None, "no evaluation process appeared"
+    time.sleep(1.0)
+    victim.send_signal(sig)
+    out, _ = proc.communicate(timeout=300)
+    with contextlib.suppress(psutil.Error):
+        victim.kill()  # a stopped one the trainer failed to end
+    assert proc.returncode == 0, out[-3000:]
+    assert "was lost and is skipped" in out and "a new evaluation process takes over" in out, out[-3000:]
+    metrics = read_metrics(str(tmp_path / "e"))
+    assert metrics["charts/evals_lost"][1].max() >= 1
+    lost_at = metrics["charts/evals_lost"][0].min()
+    assert (metrics["eval/return"][0] > lost_at).any()  # evaluations went on after the loss
 
 
 @fault(
