@@ -367,6 +367,15 @@ def tampered_source(tmp_path_factory):
     return load_checkpoint(Trainer(GRID, grid_cfg(tmp, num_global_steps=16)).train()["checkpoint"])
 
 
+def test_a_folder_or_a_device_given_as_a_checkpoint_is_named_as_such(tmp_path):
+    with pytest.raises(CheckpointError, match="is a folder: give the .pdparams file in it"):
+        Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="r", resume=str(tmp_path)))
+    with pytest.raises(CheckpointError, match="is not a regular file"):
+        Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="r", resume="/dev/zero"))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="r", resume=str(tmp_path / "missing.pdparams")))
+
+
 def test_tampered_checkpoints_are_named_at_play(tmp_path, tampered_source):
     for case in ("config a list", "weight as float64", "NaN weight"):
         path = str(tmp_path / f"{case.replace(' ', '_')}.pdparams")
