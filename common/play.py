@@ -193,11 +193,11 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             except (UsageError, OSError) as e:
                 p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
+    set_device(args.device)  # before any tensor: the checkpoint's are made on this device
     try:
         state = load_checkpoint(args.checkpoint, required=("policy", "update"), game=spec.name)
         cfg = spec.config_cls.from_dict(state["config"])
         obs_shape, num_actions = spec.spaces(cfg)
-        set_device(args.device)
         policy = spec.make_policy(cfg, obs_shape, num_actions)
         check_compatible(state, spec.name, {"policy": policy.state_dict()}, args.checkpoint)
         load_weights(policy, state["policy"], "policy")
