@@ -376,6 +376,13 @@ def test_a_folder_or_a_device_given_as_a_checkpoint_is_named_as_such(tmp_path):
         Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="r", resume=str(tmp_path / "missing.pdparams")))
 
 
+def test_a_gridworld_checkpoint_given_to_pong_is_named_another_games(tmp_path, tampered_source):
+    path = str(tmp_path / "grid.pdparams")
+    paddle.save(tampered_source, path)
+    res = script("pong/train.py", "--resume", path, "--log-path", str(tmp_path / "runs"))
+    assert res.returncode == 1 and "written by game 'gridworld'; this is 'pong'" in res.stderr, res.stderr[-1500:]
+
+
 def test_tampered_checkpoints_are_named_at_play(tmp_path, tampered_source):
     for case in ("config a list", "weight as float64", "NaN weight"):
         path = str(tmp_path / f"{case.replace(' ', '_')}.pdparams")
