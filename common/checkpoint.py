@@ -60,6 +60,8 @@ def _leaves(state, prefix: str = ""):
 
 
 def _nonfinite(value) -> bool:
+    if isinstance(value, (paddle.Tensor, np.ndarray)) and 0 in tuple(value.shape):
+        return False  # empty: nothing to check (Paddle 2.6's all() refuses a zero-size input)
     if isinstance(value, paddle.Tensor):
         if value.dtype in (paddle.float32, paddle.float64):
             return not bool(paddle.isfinite(value).all())
