@@ -364,8 +364,14 @@ def _self_check() -> bool:
 
 
 def available() -> bool:
-    """True when oneDNN 3.x loads from Paddle's wheel and passes the self-check (probed once)."""
+    """True when oneDNN 3.x loads from Paddle's wheel and passes the self-check (probed once, on the CPU).
+
+    False, and not remembered, while Paddle's current device is not the CPU: the self-check's tensors
+    would be made there, and oneDNN handed their device pointers would crash the process (a SIGSEGV no
+    ``except`` catches)."""
     global _state
+    if paddle.get_device() != "cpu":
+        return False
     if _state is None:
         with _probe_lock:
             if _state is None:
