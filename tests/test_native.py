@@ -113,3 +113,18 @@ def test_trainer_collection_native_matches_dygraph_and_repeats(tmp_path):
     for k in fast:
         np.testing.assert_array_equal(fast[k], again[k], err_msg=k)
     assert_same_rollout(fast, plain)
+
+
+def test_onednn_is_off_and_unprobed_while_the_device_is_not_the_cpu(monkeypatch):
+    """Off the CPU the self-check would hand device pointers to oneDNN: available() says False without
+    probing (and without remembering it), and on the CPU again it answers as before."""
+    import paddle
+
+    from common.cpu import onednn
+
+    on_cpu = onednn.available()
+    monkeypatch.setattr(paddle, "get_device", lambda: "gpu:0")
+    monkeypatch.setattr(onednn, "_self_check", lambda: pytest.fail("probed off the CPU"))
+    assert onednn.available() is False
+    monkeypatch.undo()
+    assert onednn.available() == on_cpu
