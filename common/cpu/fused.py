@@ -296,8 +296,11 @@ def dnnl_conv_specs(layers):
 
 
 def _dnnl_specs(layers, x):
-    """``dnnl_conv_specs`` when this input can go to oneDNN at all (float32 on CPU, library loaded)."""
-    if not (x.dtype == paddle.float32 and paddle.get_device() == "cpu" and onednn.available()):
+    """``dnnl_conv_specs`` when this input can go to oneDNN at all (float32, it and the weights on the CPU,
+    the library loaded). The tensors' own places decide, not the global device: a network built on a GPU
+    and run after ``set_device("cpu")`` must not hand its device pointers to oneDNN."""
+    on_cpu = x.place.is_cpu_place() and all(c.weight.place.is_cpu_place() for c, _ in layers)
+    if not (x.dtype == paddle.float32 and on_cpu and onednn.available()):
         return None
     return dnnl_conv_specs(layers)
 
@@ -420,8 +423,8 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
         n > 1
         and _HAS_KERNELS
         and paddle.in_dynamic_mode()
-        and paddle.get_device() == "cpu"
-        and all(c.bias is not None for c, _ in layers)
+        and x.place.is_cpu_place()
+        and all(c.bias is not None and c.weight.place.is_cpu_place() for c, _ in layers)
     ):
         attrs = [_conv_attrs(c) for c, _ in layers]
     if attrs is None or None in attrs:
