@@ -153,7 +153,7 @@ def play_cell(game: str, quick_steps: int, full_steps: int, width: int, picture:
         from IPython.display import Image
 
         play_mp4, play_png = os.path.join(result["run_dir"], "play.mp4"), os.path.join(result["run_dir"], "play.png")
-        !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}{draw}
+        !{{sys.executable}} {game}/play.py --checkpoint {{result["checkpoint"]}} --device {{DEVICE}} --output {{play_mp4}} --max-steps {{{quick_steps} if QUICK else {full_steps}}}{draw}
         display(Video(play_mp4, embed=True, width={width})){show}
     """)
 
