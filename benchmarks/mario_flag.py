@@ -315,16 +315,16 @@ def markdown(summaries) -> str:
 
 def plot(summaries, path):
     """Greedy x_pos over agent steps (every seed, and per method the band from lowest to highest seed),
-    and the training episodes' flag rate."""
+    and the training episodes' mean x_pos and flag rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     levels = sorted({s["level"] for s in summaries})
-    fig, axes = plt.subplots(2, len(levels), figsize=(6.5 * len(levels), 7), squeeze=False)
+    fig, axes = plt.subplots(3, len(levels), figsize=(6.5 * len(levels), 10), squeeze=False)
     for col, level in enumerate(levels):
-        top, bottom = axes[0, col], axes[1, col]
+        top, middle, bottom = axes[0, col], axes[1, col], axes[2, col]
         for method in METHODS:
             runs = [s for s in summaries if s["level"] == level and s["method"] == method]
             if not runs:
@@ -334,12 +334,18 @@ def plot(summaries, path):
             for s in runs:
                 ev = s["eval_curve"]
                 if ev["steps"]:
-                    top.plot(ev["steps"], ev["x_pos"], color=COLORS[method], alpha=0.35, lw=0.8)
+                    top.plot(
+                        ev["steps"], ev["x_pos"], color=COLORS[method], alpha=0.8 if len(runs) == 1 else 0.4, lw=0.9
+                    )
                     flags = [(t, x) for t, x, f in zip(ev["steps"], ev["x_pos"], ev["flag"]) if f]
                     if flags:
                         top.scatter(*flags[0], color=COLORS[method], marker="*", s=140, zorder=3)
                     curves.append(np.interp(grid, ev["steps"], ev["x_pos"], right=np.nan))
                 epc = s["episode_curve"]
+                xs = [np.nan if v is None else v for v in epc["x_pos"]]
+                middle.plot(
+                    epc["steps"], xs, color=COLORS[method], alpha=0.8, label=f"{METHODS[method]} seed {s['seed']}"
+                )
                 rate = [np.nan if v is None else v for v in epc["flag_rate"]]
                 bottom.plot(
                     epc["steps"], rate, color=COLORS[method], alpha=0.8, label=f"{METHODS[method]} seed {s['seed']}"
@@ -358,6 +364,10 @@ def plot(summaries, path):
         top.set_xlabel("agent steps")
         top.set_ylabel("x_pos")
         top.legend(fontsize=8)
+        middle.set_title(f"world {level}: training episodes' mean final x_pos (per {CURVE_BIN:,} steps)")
+        middle.set_xlabel("agent steps")
+        middle.set_ylabel("x_pos")
+        middle.legend(fontsize=8)
         bottom.set_title(f"world {level}: training episodes reaching the flag (per {CURVE_BIN:,} steps)")
         bottom.set_xlabel("agent steps")
         bottom.set_ylabel("flag rate")
@@ -376,7 +386,7 @@ def write_report(results, docs):
     block = markdown(summaries)
     if summaries:
         plot(summaries, os.path.join(docs, "mario_learning.png"))
-        block = "![greedy x_pos and training flag rate](mario_learning.png)\n\n" + block
+        block = "![greedy x_pos, training x_pos and flag rate](mario_learning.png)\n\n" + block
     with open(md, "w", encoding="utf-8") as f:
         f.write(text[:a] + "\n" + block + "\n" + text[b:])
     return md
