@@ -31,13 +31,14 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "zoo")
 MAX_BYTES = 25 * 1024 * 1024
-#: the checkpoint entries a zoo file keeps
-KEPT = ("game", "config", "intrinsic_name", "update", "global_step", "policy", "intrinsic")
+#: the checkpoint entries a zoo file keeps (PPO's and DQN's counters both)
+KEPT = ("game", "config", "intrinsic_name", "agent", "update", "global_step", "env_steps", "policy", "intrinsic")
 #: the game -> the module whose ``SPEC`` describes it
-GAMES = {"mario": "mario.train", "montezuma": "montezuma.train", "gridworld": "gridworld.train"}
+GAMES = {"mario": "mario.train", "montezuma": "montezuma.train", "gridworld": "gridworld.train", "pong": "pong.train"}
 #: config fields a card lists, where the config has them
 CARD_SETTINGS = (
     "recipe",
+    "agent",
     "env_id",
     "world",
     "stage",
@@ -83,15 +84,14 @@ def _commit() -> str:
 
 
 def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:
-    """Play ``path`` once with the game's play entry point (``--policy greedy|sample``); returns its result."""
-    from common.play import play
-
-    spec = spec_of(game)
+    """Play ``path`` once with the game's own ``<game>/play.py`` (``--policy greedy|sample``); returns its result."""
+    spec_of(game)  # a known game
+    play = importlib.import_module(f"{game}.play").main
     argv = ["--checkpoint", path, "--seed", str(seed), "--policy", policy]
     if output:
-        return play(spec, argv + ["--output", output])
+        return play(argv + ["--output", output])
     with tempfile.TemporaryDirectory() as tmp:
-        return play(spec, argv + ["--output", os.path.join(tmp, "episode.mp4")])
+        return play(argv + ["--output", os.path.join(tmp, "episode.mp4")])
 
 
 def card_result(result: dict) -> dict:
@@ -118,7 +118,7 @@ def export(
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 
     spec = spec_of(game)
-    state = load_checkpoint(checkpoint, required=("policy", "config", "update"), game=spec.name)
+    state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
     check_compatible(state, spec.name, {}, checkpoint)
     path = os.path.join(zoo, name + ".pdparams")
     save_checkpoint(path, weights_only(state))
@@ -141,8 +141,8 @@ def export(
         "file": os.path.basename(path),
         "megabytes": round(size / 2**20, 2),
         "settings": {k: state["config"][k] for k in CARD_SETTINGS if k in state["config"]},
-        "agent_steps": int(state.get("global_step", 0)),
-        "updates": int(state["update"]),
+        "agent_steps": int(state.get("global_step", state.get("env_steps", 0))),
+        "updates": int(state["update"]) if "update" in state else None,
         "hours_on_2_core_cpu": hours,
         "trained_at_commit": commit or _commit(),
         "exported_at_commit": _commit(),
@@ -179,6 +179,8 @@ def _episode(card) -> str:
     if card["game"] == "mario":
         flag = "reaches the flag" if ep.get("flag") else "no flag"
         return f"{flag}, x_pos {ep.get('x_pos', 0):.0f}, {ep['steps']} steps"
+    if card["game"] == "pong":
+        return f"{ep.get('points_for', 0):.0f}:{ep.get('points_against', 0):.0f}, return {ep['return']:.3g}"
     if card["game"] == "montezuma":
         return f"score {ep.get('score', 0):.0f}, rooms {ep.get('rooms', '?')}, {ep['steps']} steps"
     return f"{'succeeds' if ep.get('success') else 'fails'} in {ep['steps']} steps, return {ep['return']:.3g}"
@@ -194,6 +196,10 @@ def markdown_table(zoo: str = ZOO) -> str:
         hours = "-" if c["hours_on_2_core_cpu"] is None else f"{c['hours_on_2_core_cpu']:.2f}"
         method = c["settings"].get("intrinsic", "?")
         method = "PPO" if method == "none" else f"PPO + {method.upper()}"
+        if c["game"] == "pong":  # the SND article's agents
+            method = {"dqn": "Double DQN", "dqn-e0": "Double DQN, epsilon 0", "snd": "Double DQN + SND-V"}.get(
+                c["settings"].get("agent"), "Double DQN"
+            )
         rows.append(
             f"| `zoo/{c['file']}` | {c['game']} {c['level']} | {method} | {c['agent_steps']:,} | {hours} "
             f"| {_episode(c)} ({c['episode']['policy']}, seed {c['episode']['seed']}) | {c['megabytes']} |"

@@ -639,3 +639,24 @@ def test_all_finite_sees_every_nan_and_inf(bad):
     w[1, 2] = bad
     assert not all_finite(state) and nonfinite_tensors(state) == ["0/b/w"]
     assert all_finite([]) and all_finite({"i": paddle.to_tensor([7])})
+
+
+@pytest.mark.slow
+def test_pong_play_plays_the_greedy_episode_and_the_zoo_exports_it(tmp_path):
+    """pong/play.py: the Q network's greedy episode, an mp4 and the points; common.zoo makes a weights-only
+    file of it that plays the same episode; another game's checkpoint is refused."""
+    from common import zoo
+    from pong.play import main as play
+    from pong.train import main
+
+    run = main(["--agent", "snd", *TINY, "--eval-interval", "0", "--log-path", str(tmp_path), "--train-steps", "20"])
+    out = play(["--checkpoint", run["checkpoint"], "--output", str(tmp_path / "p.mp4"), "--max-steps", "60"])
+    assert 0 < out["steps"] <= 60 and set(out) >= {"return", "points_for", "points_against"}
+    assert os.path.getsize(tmp_path / "p.mp4") > 1000
+    again = play(["--checkpoint", run["checkpoint"], "--output", str(tmp_path / "q.mp4"), "--max-steps", "60"])
+    assert again["return"] == out["return"]  # greedy on a CPU: the same episode
+    card = zoo.export("pong", run["checkpoint"], "tiny-pong", hours=0.0, zoo=str(tmp_path / "zoo"))
+    state = load_checkpoint(str(tmp_path / "zoo" / "tiny-pong.pdparams"))
+    assert "learner" not in state and "replay" not in state and state["zoo"] == 1
+    assert card["settings"]["agent"] == "snd" and card["agent_steps"] == run["env_steps"]
+    assert "Double DQN + SND-V" in zoo.markdown_table(str(tmp_path / "zoo"))

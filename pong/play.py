@@ -1,0 +1,82 @@
+"""Play a trained Pong agent greedily and record an mp4: ``python pong/play.py --checkpoint PATH``.
+
+The agent's evaluation episode (argmax of the online Q network, SRL's ``test_epsilon`` 0), on the
+run's env (``ALE/Pong-v5``, the article's frameskip, the game over after ``--max-points``
+points); prints the points each side made and the return, and writes the RGB frames to an mp4.
+A checkpoint of another game is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+if __package__ in (None, ""):  # `python pong/play.py` from a checkout: make the repo importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pong.train import SPEC  # noqa: E402
+
+
+def main(argv=None) -> dict:
+    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
+    from common.config import MAX_SEED, check_writable
+    from common.device import set_device
+    from common.errors import UsageError
+
+    p = argparse.ArgumentParser(description="Play Pong greedily from a checkpoint and record an mp4.")
+    p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by pong/train.py")
+    p.add_argument("--output", default="", help="mp4 path (default: next to the checkpoint, <name>.mp4)")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on agent steps (default: the run's)")
+    p.add_argument("--seed", type=int, default=0, help="episode seed (the emulator's reset)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the Q network runs")
+    p.add_argument("--policy", default="greedy", choices=("greedy",), help="greedy: argmax of the Q values")
+    args = p.parse_args(argv)
+    if args.max_steps is not None and args.max_steps <= 0:
+        p.error(f"--max-steps {args.max_steps} is invalid: expected a positive integer")
+    if not 0 <= args.seed <= MAX_SEED:
+        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
+    output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
+    try:
+        check_writable(os.path.dirname(os.path.abspath(output)), "--output")
+    except UsageError as e:
+        p.error(str(e))
+    set_device(args.device)  # before any tensor: the checkpoint's are made on this device
+    try:
+        state = load_checkpoint(args.checkpoint, required=("policy",), game=SPEC.name)
+        cfg = SPEC.config_cls.from_dict(state["config"])
+        q_net = SPEC.make_policy(cfg, *SPEC.spaces(cfg))
+        check_compatible(state, SPEC.name, {"policy": q_net.state_dict()}, args.checkpoint)
+        load_weights(q_net, state["policy"], "policy")
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    except ValueError as e:
+        raise SystemExit(f"error: {args.checkpoint}: {e}") from None
+    import paddle
+
+    from common.dqn import to_float
+
+    q_net.eval()
+    env = SPEC.env_factory(cfg, output)()
+    ret, steps, info = 0.0, 0, {}
+    try:
+        obs = env.reset(seed=args.seed)
+        with paddle.no_grad():
+            for _ in range(args.max_steps or cfg.max_eval_steps):
+                action = int(q_net(to_float(obs[None])).numpy()[0].argmax())
+                obs, reward, done, info = env.step(action)
+                ret, steps = ret + reward, steps + 1
+                if done:
+                    break
+    finally:
+        env.close()
+    result = {"return": float(ret), "steps": steps, "video": output, **SPEC.episode_metrics(info)}
+    print(
+        f"pong {SPEC.level_name(cfg)} ({state.get('agent', cfg.agent)}): "
+        + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()
