@@ -26,6 +26,7 @@ import paddle
 import pytest
 
 from common.checkpoint import CheckpointError, UnsafeCheckpointError, load_checkpoint, nonfinite_tensors
+from common.errors import UsageError
 from common.logger import read_metrics
 from common.trainer import NonFiniteLossError, RunStoppedError, Trainer
 from gridworld.train import SPEC as GRID
@@ -414,7 +415,7 @@ def test_a_run_folder_is_never_reused_by_a_new_run(tmp_path):
     first = Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=16)).train()
     run_dir = first["run_dir"]
     before = {f: os.path.getmtime(os.path.join(run_dir, f)) for f in ("config.json", "metrics.jsonl")}
-    with pytest.raises(Exception, match="already holds a run"):
+    with pytest.raises(UsageError, match="already holds a run"):
         Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=16))
     assert before == {f: os.path.getmtime(os.path.join(run_dir, f)) for f in before}
     res = script("gridworld/train.py", "--run-name", "same", "--log-path", str(tmp_path))
@@ -422,7 +423,7 @@ def test_a_run_folder_is_never_reused_by_a_new_run(tmp_path):
     # a resume continues its own folder, named or not
     resumed = Trainer(GRID, grid_cfg(tmp_path, run_name="", num_global_steps=32, resume=first["checkpoint"])).train()
     assert resumed["run_dir"] == run_dir and resumed["update"] == 2
-    with pytest.raises(Exception, match="belongs to another run folder"):
+    with pytest.raises(UsageError, match="belongs to another run folder"):
         other = Trainer(GRID, grid_cfg(tmp_path, run_name="other", num_global_steps=16)).train()
         Trainer(GRID, grid_cfg(tmp_path, run_name="same", num_global_steps=48, resume=other["checkpoint"]))
 
