@@ -11,24 +11,14 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
 import tempfile
 
 import numpy as np
 
 from common.config import process_umask
+from common.runtime import code_commit  # noqa: F401  (the checkout's commit: every summary records it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def code_commit() -> str:
-    """The checkout's commit (``git rev-parse HEAD``), or "unknown"."""
-    try:
-        return subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def write_json_atomic(path, obj):

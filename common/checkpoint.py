@@ -15,8 +15,9 @@ rebuilds plain containers and numpy arrays of plain dtypes, refuses anything els
 before it is called, and bounds the time and memory a small file can cost
 (``common.safe_pickle``); it checks what the file is and that it has the required
 keys before walking it, then turns Paddle's ``(name, ndarray)`` tensor records into
-tensors exactly as ``paddle.load`` does. The files themselves are unchanged: plain ``paddle.load`` still reads them
-(for files one trusts), and the tutorial's file names are kept.
+tensors exactly as ``paddle.load`` does. The files themselves are unchanged: plain
+``paddle.load`` still reads them (for files one trusts), and the tutorial's file names
+are kept.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ REQUIRED_KEYS = ("format", "game", "config")
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """The file asks the unpickler for something outside ``SAFE_GLOBALS``: refused, nothing was run."""
+    """The file asks for something a checkpoint never holds (``common.safe_pickle``): refused, nothing was run."""
 
 
 def _leaves(state, prefix: str = ""):
@@ -139,17 +140,6 @@ def _read(path: str) -> bytes:
         raise CheckpointError(f"cannot read checkpoint {path!r}: {e.strerror}") from None
 
 
-def safe_load(path: str):
-    """What ``paddle.load(path)`` returns for a file of plain containers, tensors and arrays, without
-    running any code from the file, in time and memory bounded by its size (``common.safe_pickle``).
-    Raises ``UnsafeCheckpointError`` otherwise."""
-    data = _read(path)
-    try:
-        return resolve(unpickle(data), _max_references(data), paddle.to_tensor)
-    except UnsafeFileError as e:
-        raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
-
-
 def _max_references(data: bytes) -> int:
     return len(data) + 1000  # each reference costs at least one byte of pickle; slack for tiny files
 
@@ -214,18 +204,10 @@ def load_weights(layer, weights, what: str) -> None:
         raise ValueError(f"{what}: a {type(weights).__name__} where the network's weights were expected")
     want = layer.state_dict()
     missing, extra = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
-    if missing or extra:
-        raise ValueError(
-            f"{what}: "
-            + "; ".join(
-                part
-                for part in (
-                    f"missing {', '.join(missing[:5])}" if missing else "",
-                    f"unexpected {', '.join(extra[:5])}" if extra else "",
-                )
-                if part
-            )
-        )
+    parts = [f"missing {', '.join(missing[:5])}"] if missing else []
+    parts += [f"unexpected {', '.join(extra[:5])}"] if extra else []
+    if parts:
+        raise ValueError(f"{what}: {'; '.join(parts)}")
     for name, param in want.items():
         value = weights[name]
         if not isinstance(value, (paddle.Tensor, np.ndarray)):

@@ -134,6 +134,48 @@ def frame_strip(
     return grid
 
 
+def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
+    """A play script's usage errors (exit 2, naming the flag and value): the ``positive`` flags given
+    and <= 0, ``--seed`` outside the range every generator takes, a ``paths`` flag whose folder cannot
+    be written (a missing one is made)."""
+    from common.config import MAX_SEED, check_writable
+    from common.errors import UsageError
+
+    for name in positive:
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
+    if not 0 <= args.seed <= MAX_SEED:
+        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
+    for flag, path in ((f"--{name}", getattr(args, name)) for name in paths):
+        if path:
+            try:
+                check_writable(os.path.dirname(os.path.abspath(path)), flag)
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            except (UsageError, OSError) as e:
+                p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
+
+
+def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
+    """``(state, cfg, policy)`` of a checkpoint of ``spec``'s game, the policy network built on ``device``
+    with the checkpoint's weights; any fault of the file exits with ``error: ...`` naming it."""
+    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
+    from common.device import set_device
+
+    set_device(device)  # before any tensor: the checkpoint's are made on this device
+    try:
+        state = load_checkpoint(checkpoint, required=required, game=spec.name)
+        cfg = spec.config_cls.from_dict(state["config"])
+        policy = spec.make_policy(cfg, *spec.spaces(cfg))
+        check_compatible(state, spec.name, {"policy": policy.state_dict()}, checkpoint)
+        load_weights(policy, state["policy"], "policy")
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    except ValueError as e:  # a policy entry of another dtype or type
+        raise SystemExit(f"error: {checkpoint}: {e}") from None
+    return state, cfg, policy
+
+
 def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     """Entry point of each game's play.py.
 
@@ -142,11 +184,6 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     printed, plus the last ``info``), which returns what to add to the printed result
     (Montezuma: ``--map``).
     """
-    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
-    from common.config import MAX_SEED, check_writable
-    from common.device import set_device
-    from common.errors import UsageError
-
     p = argparse.ArgumentParser(description=f"Play {spec.name} greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
     p.add_argument("--output", default="", help="mp4 path (default: next to the checkpoint, <name>.mp4)")
@@ -180,31 +217,8 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     if add_arguments is not None:
         add_arguments(p)
     args = p.parse_args(argv)
-    for name in ("max_actions", "max_steps"):
-        v = getattr(args, name)
-        if v is not None and v <= 0:
-            p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
-    if not 0 <= args.seed <= MAX_SEED:
-        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
-    for flag, path in (("--output", args.output), ("--plot", args.plot)):
-        if path:
-            try:
-                check_writable(os.path.dirname(os.path.abspath(path)), flag)
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            except (UsageError, OSError) as e:
-                p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
-    set_device(args.device)  # before any tensor: the checkpoint's are made on this device
-    try:
-        state = load_checkpoint(args.checkpoint, required=("policy", "update"), game=spec.name)
-        cfg = spec.config_cls.from_dict(state["config"])
-        obs_shape, num_actions = spec.spaces(cfg)
-        policy = spec.make_policy(cfg, obs_shape, num_actions)
-        check_compatible(state, spec.name, {"policy": policy.state_dict()}, args.checkpoint)
-        load_weights(policy, state["policy"], "policy")
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
-    except ValueError as e:  # a policy entry of another dtype or type
-        raise SystemExit(f"error: {args.checkpoint}: {e}") from None
+    check_play_args(p, args, ("max_actions", "max_steps"), ("output", "plot"))
+    state, cfg, policy = load_policy(spec, args.checkpoint, args.device, required=("policy", "update"))
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     plot = args.plot and _can_plot(cfg, state)
     screens = [] if plot else None

@@ -9,11 +9,23 @@ import contextlib
 import glob
 import os
 import signal
+import subprocess
 import sys
 import warnings
 
 from common.config import RunConfig, UnusablePathError, check_writable, make_folder
 from common.errors import NonFiniteLossError, UsageError
+
+
+def code_commit() -> str:
+    """The commit of this checkout (``git rev-parse HEAD``), or "unknown" (no git, not a checkout)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def holds_run(folder: str) -> bool:
@@ -23,12 +35,9 @@ def holds_run(folder: str) -> bool:
 
 def own_run_folder(checkpoint: str) -> str | None:
     """The run folder a checkpoint was saved in (``<run>/models/<file>``, next to the run's config.json), or None."""
-    run_dir = os.path.dirname(os.path.dirname(os.path.abspath(checkpoint)))
-    return (
-        run_dir
-        if os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) == "models" and holds_run(run_dir)
-        else None
-    )
+    models = os.path.dirname(os.path.abspath(checkpoint))
+    run_dir = os.path.dirname(models)
+    return run_dir if os.path.basename(models) == "models" and holds_run(run_dir) else None
 
 
 class RunFolder:

@@ -170,9 +170,8 @@ def resolve(obj, max_references: int, to_tensor=None):
     again is converted once and shared again, as in the file; when the walk would follow more than
     ``max_references`` references (shared containers expanding), ``UnsafeFileError``."""
     seen = {}  # id -> (converted, expanded size): each object is converted once
-    records = [False]
 
-    def scan(o):  # is there any tensor record? (one pass by identity)
+    def any_record(o) -> bool:  # is there a tensor record anywhere? (one pass by identity)
         stack, visited = [o], set()
         while stack:
             x = stack.pop()
@@ -187,10 +186,10 @@ def resolve(obj, max_references: int, to_tensor=None):
                 stack.extend(x)
         return False
 
-    records[0] = scan(obj)
+    every_array = to_tensor is not None and not any_record(obj)  # Paddle 2.0's format: arrays become tensors
 
     def leaf(a: np.ndarray):
-        return to_tensor(a) if to_tensor is not None and not records[0] else a
+        return to_tensor(a) if every_array else a
 
     def walk(o, depth=0):
         """(o converted, the number of entries o stands for when its shared parts are counted each time)."""

@@ -449,8 +449,12 @@ class Trainer:
             self.log.picture(self.update, self.buffer, raw_int, notes.records)
         if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:
             self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
-        due = main and bool(cfg.save_minutes) and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
-        if (cfg.save_interval and self.update % cfg.save_interval == 0) or self.world.any(due):  # rank 0's clock
+        by_count = bool(cfg.save_interval) and self.update % cfg.save_interval == 0
+        # rank 0's clock decides for every rank (asked only with --save-minutes: it is a collective)
+        by_clock = bool(cfg.save_minutes) and self.world.any(
+            main and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
+        )
+        if by_count or by_clock:
             self.save()
         self.buffer.finish()
         self._log_evals(block=False)

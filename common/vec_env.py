@@ -944,14 +944,7 @@ class SubprocVecEnv(VecEnv):
                 proc.close()
             except Exception:
                 pass
-        self._shm_obs = None
-        if self._shm is not None:
-            try:
-                self._shm.close()
-                self._shm.unlink()
-            except Exception:
-                pass
-            self._shm = None
+        self._free_shared_memory()
 
     def abort(self) -> None:
         """End every worker at once (SIGKILL) and free the shared memory: a second Ctrl-C, nothing is waited for."""
@@ -959,6 +952,10 @@ class SubprocVecEnv(VecEnv):
         for proc in self._processes:
             with contextlib.suppress(Exception):
                 proc.kill()
+        self._free_shared_memory()
+
+    def _free_shared_memory(self) -> None:
+        self._shm_obs = None
         if self._shm is not None:
             with contextlib.suppress(Exception):
                 self._shm.close()

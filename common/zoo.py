@@ -25,7 +25,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,13 +75,6 @@ def weights_only(state: dict) -> dict:
     return out
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
 def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:
     """Play ``path`` once with the game's own ``<game>/play.py`` (``--policy greedy|sample``); returns its result."""
     spec_of(game)  # a known game
@@ -116,6 +108,7 @@ def export(
     is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``).
     ``commit`` is the one the agent was trained from (default: this checkout's)."""
     from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+    from common.runtime import code_commit
 
     spec = spec_of(game)
     state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
@@ -144,8 +137,8 @@ def export(
         "agent_steps": int(state.get("global_step", state.get("env_steps", 0))),
         "updates": int(state["update"]) if "update" in state else None,
         "hours_on_2_core_cpu": hours,
-        "trained_at_commit": commit or _commit(),
-        "exported_at_commit": _commit(),
+        "trained_at_commit": commit or code_commit(),
+        "exported_at_commit": code_commit(),
         "episode": {"policy": policy, "seed": seed, **result},
         "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}"
         + (f" --policy {policy} --seed {seed}" if policy != "greedy" else ""),

@@ -95,7 +95,11 @@ def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
     if frame_rgb is None:
         return np.zeros((1, OBS_SIZE, OBS_SIZE), dtype=np.uint8)
     # nes-py's screen is a strided (channel-reversed) view into emulator memory.
-    gray = cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2GRAY)
+    return _shrink(cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2GRAY))
+
+
+def _shrink(gray: np.ndarray) -> np.ndarray:
+    """gray uint8[240, 256] -> uint8[1, 84, 84] (cv2's default INTER_LINEAR)."""
     return cv2.resize(gray, (OBS_SIZE, OBS_SIZE))[None, :, :]
 
 
@@ -168,8 +172,7 @@ class MarioEnv(GameEnv):
         """``process_frame(frame)`` for the emulator's current screen ``frame``, read in place where possible."""
         if self._bgrx is None:
             return process_frame(frame)
-        gray = cv2.cvtColor(self._bgrx, cv2.COLOR_BGRA2GRAY)
-        return cv2.resize(gray, (OBS_SIZE, OBS_SIZE))[None, :, :]
+        return _shrink(cv2.cvtColor(self._bgrx, cv2.COLOR_BGRA2GRAY))
 
     # -- the tutorial's CustomReward, one emulator frame --------------------------------
     def _frame_step(self, action: int):

@@ -19,10 +19,7 @@ from pong.train import SPEC  # noqa: E402
 
 
 def main(argv=None) -> dict:
-    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
-    from common.config import MAX_SEED, check_writable
-    from common.device import set_device
-    from common.errors import UsageError
+    from common.play import check_play_args, load_policy
 
     p = argparse.ArgumentParser(description="Play Pong greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by pong/train.py")
@@ -32,26 +29,10 @@ def main(argv=None) -> dict:
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="where the Q network runs")
     p.add_argument("--policy", default="greedy", choices=("greedy",), help="greedy: argmax of the Q values")
     args = p.parse_args(argv)
-    if args.max_steps is not None and args.max_steps <= 0:
-        p.error(f"--max-steps {args.max_steps} is invalid: expected a positive integer")
-    if not 0 <= args.seed <= MAX_SEED:
-        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
-    output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
-    try:
-        check_writable(os.path.dirname(os.path.abspath(output)), "--output")
-    except UsageError as e:
-        p.error(str(e))
-    set_device(args.device)  # before any tensor: the checkpoint's are made on this device
-    try:
-        state = load_checkpoint(args.checkpoint, required=("policy",), game=SPEC.name)
-        cfg = SPEC.config_cls.from_dict(state["config"])
-        q_net = SPEC.make_policy(cfg, *SPEC.spaces(cfg))
-        check_compatible(state, SPEC.name, {"policy": q_net.state_dict()}, args.checkpoint)
-        load_weights(q_net, state["policy"], "policy")
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
-    except ValueError as e:
-        raise SystemExit(f"error: {args.checkpoint}: {e}") from None
+    args.output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
+    check_play_args(p, args, ("max_steps",), ("output",))
+    state, cfg, q_net = load_policy(SPEC, args.checkpoint, args.device)
+    output = args.output
     import paddle
 
     from common.dqn import to_float

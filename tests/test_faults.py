@@ -936,8 +936,9 @@ def test_a_lost_background_evaluation_is_skipped_and_replaced(sig, tmp_path):
     victim, deadline = None, time.time() + 180
     while victim is None and time.time() < deadline and proc.poll() is None:
         for child in psutil.Process(proc.pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "resource_tracker" not in " ".join(child.cmdline()):
+            with contextlib.suppress(psutil.Error):  # the eval process is the spawned one; others come and go
+                cmdline = " ".join(child.cmdline())
+                if "multiprocessing" in cmdline and "resource_tracker" not in cmdline:
                     victim = child
         time.sleep(0.2)
     assert victim is not None, "no evaluation process appeared"
