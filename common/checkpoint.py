@@ -86,12 +86,11 @@ def all_finite(state) -> bool:
     weights, at magnitudes (~1e38 / size) no trained network reaches; it would count as
     non-finite. Callers that need the names ask ``nonfinite_tensors`` after a False.
     """
-    sums = [
-        v.sum()
-        for _, v in _leaves(state)
-        if isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64)
-    ]
-    return not sums or bool(paddle.isfinite(paddle.stack(sums)).all())
+    groups = {}  # one stack per place and dtype: Adam keeps its beta-pow accumulators on the CPU of a GPU run
+    for _, v in _leaves(state):
+        if isinstance(v, paddle.Tensor) and v.dtype in (paddle.float32, paddle.float64):
+            groups.setdefault((str(v.place), str(v.dtype)), []).append(v.sum())
+    return all(bool(paddle.isfinite(paddle.stack(sums)).all()) for sums in groups.values())
 
 
 def save_checkpoint(path: str, state: dict) -> str:

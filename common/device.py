@@ -33,3 +33,27 @@ def set_device(device: str) -> str:
     else:
         raise SystemExit(f"--device {device!r}: expected cpu or gpu")
     return device
+
+
+#: flags that tune only the CPU speed paths (``common.cpu``), with the value that means "not set"
+CPU_ONLY_FLAGS = {"num_threads": 0, "inference": "native"}
+
+
+def warn_ignored_cpu_flags(cfg) -> list[str]:
+    """Where the CPU speed paths are off (``--device gpu``, or ``PADDLE_CURIOSITY_PLAIN=1``), warn once
+    for each CPU-only flag the user set (``CPU_ONLY_FLAGS``): the run ignores it. Returns the flags."""
+    import warnings
+
+    from common import cpu
+
+    if cpu.fast_paths():
+        return []
+    where = f"--device {cfg.device}" if cfg.device != "cpu" else "PADDLE_CURIOSITY_PLAIN=1"
+    ignored = [name for name, unset in CPU_ONLY_FLAGS.items() if getattr(cfg, name, unset) != unset]
+    for name in ignored:
+        warnings.warn(
+            f"--{name.replace('_', '-')} {getattr(cfg, name)!r} tunes the CPU speed paths, which are off with "
+            f"{where}; this run ignores it (docs/gpu.md)",
+            stacklevel=2,
+        )
+    return ignored

@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 
-from common.device import require_paddle, set_device
+from common.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.dqn_config import DQNConfig
 from common.errors import NonFiniteLossError, UsageError, stopped_by
 from common.game import GameSpec
@@ -102,6 +102,7 @@ class DQNTrainer:
             )
         self.spec, self.cfg = spec, cfg
         set_device(cfg.device)
+        warn_ignored_cpu_flags(cfg)
         paddle.seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -218,7 +219,7 @@ class DQNTrainer:
 
     # ------------------------------------------------------------------ signals, threads
     def _threads(self) -> int:
-        return 1 if self.cfg.device != "cpu" else (self.cfg.num_threads or os.cpu_count() or 1)
+        return (self.cfg.num_threads or os.cpu_count() or 1) if cpu.fast_paths() else 1
 
     def _parallel(self) -> bool:
         return self.cfg.uses_snd and self.cfg.parallel_intrinsic and self._threads() > 1

@@ -122,9 +122,6 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        from common import cpu
-
-        cpu.set_math_threads(1)
         # Background work: the training loop comes first, the eval uses what it leaves idle.
         # Measured on 2 cores (docs/performance.md): end to end unchanged, the loop's own phases
         # no longer slowed by the eval (collection 185 -> 250 steps/s while an eval runs).
@@ -133,6 +130,9 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         spec = getattr(importlib.import_module(module), attr)
         cfg = spec.config_cls.from_dict(cfg_dict)
         set_device(cfg.device)
+        from common import cpu
+
+        cpu.set_math_threads(1)  # the greedy episode's small batches; nothing on a GPU (common.cpu.fast_paths)
         obs_shape, num_actions = spec.spaces(cfg)
         policy = spec.make_policy(cfg, obs_shape, num_actions)
         while True:

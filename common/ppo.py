@@ -105,7 +105,9 @@ class PPO:
         in one process it only passes the finiteness on).
         """
         total, terms = self.loss(batch)
-        total_value = float(total)
+        # the loss and its terms to the host in one copy: on a GPU each float() would be a sync of its own
+        values = paddle.stack([total.detach(), *(t.detach() for t in terms.values())]).numpy().tolist()
+        total_value = values[0]
         finite = bool(np.isfinite(total_value))
         self.optimizer.clear_grad()
         if finite:
@@ -114,6 +116,6 @@ class PPO:
             self.optimizer.clear_grad()
             return None
         self.optimizer.step()
-        out = {k: float(v) for k, v in terms.items()}
+        out = dict(zip(terms, values[1:]))
         out["total"] = total_value
         return out

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from common.config import TrainConfig
-from common.device import require_paddle, set_device
+from common.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.distributed import SilentLogger, World
 from common.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
 from common.game import GameSpec
@@ -41,11 +41,11 @@ from common.actor import Actor  # noqa: E402
 from common.buffer import RolloutBuffer  # noqa: E402
 from common.checkpoint import (  # noqa: E402
     CheckpointError,
+    all_finite,
     check_compatible,
     copy_state,
     load_checkpoint,
     load_weights,
-    nonfinite_tensors,
     optimizer_state,
     set_optimizer_state,
 )
@@ -80,12 +80,13 @@ class Trainer:
         cfg.validate()
         self.spec, self.cfg = spec, cfg
         set_device(cfg.device)
+        warn_ignored_cpu_flags(cfg)
+        fast = cpu.fast_paths()  # the CPU speed paths: off on a GPU (and with PADDLE_CURIOSITY_PLAIN=1)
         self.world = World.current(cfg.device)  # one process: rank 0 of 1, and nothing below changes
         # agent steps of every rank per update; the ranks step in lockstep
         self.steps_per_update = cfg.rollout_size * self.world.size
         self.num_updates = max(1, cfg.num_global_steps // self.steps_per_update)
-        if cfg.device == "cpu":
-            cpu.tune_allocator()
+        cpu.tune_allocator()
         paddle.seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
 
@@ -106,11 +107,7 @@ class Trainer:
             value_loss=cfg.value_loss,
             norm_adv=cfg.norm_adv,
         )
-        engine = (
-            cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs)
-            if cfg.device == "cpu"
-            else None
-        )
+        engine = cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs)
         self.actor = Actor(self.policy, engine)
         self.intrinsic = self._new_intrinsic()
         self.int_scale = IntrinsicRewardScale(
@@ -131,7 +128,7 @@ class Trainer:
         self.solved = False  # a greedy eval solved the level (ends the run with --stop-when-solved)
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
         # threads for the networks: --num-threads (0 = one per core: this rank's share of them) on CPU, 1 on GPU
-        self.threads = 1 if cfg.device != "cpu" else (cfg.num_threads or self.world.cores())
+        self.threads = (cfg.num_threads or self.world.cores()) if fast else 1
         self._side = cpu.SideThread("intrinsic-update") if self.threads > 1 else None  # see learn
         if cfg.resume:
             self.load(cfg.resume)
@@ -309,7 +306,7 @@ class Trainer:
             with self.math_threads():
                 losses = self.learn()
             nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
-            if losses is not None and nonfinite_tensors(nets):
+            if losses is not None and not all_finite(nets):
                 losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
             if not self.world.all(losses is not None):  # every rank keeps the update, or none does
                 losses = None

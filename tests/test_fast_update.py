@@ -19,6 +19,7 @@ import paddle.nn.functional as F  # noqa: E402
 import common.cpu as cpu  # noqa: E402
 import common.cpu.fused as fast_ops  # noqa: E402
 import common.cpu.onednn as onednn_conv  # noqa: E402
+from common.cpu import switch  # noqa: E402
 from common.cpu.fused import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.intrinsic.networks import ConvFeatureNet  # noqa: E402
@@ -27,6 +28,8 @@ from mario.model import MARIO  # noqa: E402
 from montezuma.model import RNDPolicy  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
+# tests of a speed path itself; the rest also run with the switch off (CI's plain-route leg, docs/gpu.md)
+fast_only = pytest.mark.skipif(not switch.enabled(), reason="PADDLE_CURIOSITY_PLAIN=1 turns the CPU speed paths off")
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -204,6 +207,7 @@ def test_conv_stack_shards_match_layers(batch, monkeypatch):
             np.testing.assert_allclose(np.asarray(a), b, rtol=RTOL, atol=ATOL)
 
 
+@fast_only
 @pytest.mark.parametrize("kernels", ["paddle", "onednn"])
 def test_small_batches_are_not_split(monkeypatch, kernels):
     """Shards need MIN_SHARD samples and MIN_SHARD_ELEMENTS input elements each (hand-offs cost more)."""
@@ -263,6 +267,7 @@ def test_log_prob_matches_tutorial_tril_triu():
     assert tut_ent.shape == ent.shape
 
 
+@fast_only
 def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
     """The oneDNN stack (common/cpu/onednn.py) runs on this CPU and gives Paddle's kernels' outputs and
     gradients, with and without gradients, whole and in shards, ReLU and LeakyReLU, with the kept map."""
@@ -307,6 +312,7 @@ def test_onednn_stack_is_used_and_matches_paddle_kernels(monkeypatch):
             np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=str(key))
 
 
+@fast_only
 def test_onednn_loads_from_paddles_wheel():
     """Where Paddle's wheel ships oneDNN, the direct path is on (the self-check passed), not silently off."""
     import os
@@ -316,6 +322,7 @@ def test_onednn_loads_from_paddles_wheel():
     assert onednn_conv.available()
 
 
+@fast_only
 def test_onednn_probe_inside_no_grad_still_turns_the_fast_path_on():
     """The first call to available() may come from a forward pass under paddle.no_grad() (SND-STD sizes its
     heads that way); the self-check's backward pass must not fail there and leave oneDNN off for the process."""
@@ -338,6 +345,7 @@ def test_onednn_probe_inside_no_grad_still_turns_the_fast_path_on():
     assert out.stdout.split()[-2:] == ["True", "True"], out.stdout + out.stderr
 
 
+@fast_only
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("x_grad", [True, False], ids=["x-grad", "x-frozen"])
 def test_numpy_linear_matches_paddle_linear(bias, x_grad, shards, monkeypatch):
@@ -378,6 +386,7 @@ def test_numpy_linear_matches_paddle_linear(bias, x_grad, shards, monkeypatch):
     assert split == ([2] * (4 if x_grad else 3) if shards == 2 else [])
 
 
+@fast_only
 def test_small_linear_layers_stay_on_paddle(monkeypatch):
     """Below ``MIN_MACS`` the PyLayer's fixed cost would exceed what numpy saves: Paddle's own kernel runs."""
     from common.cpu import linear
@@ -394,6 +403,7 @@ def test_small_linear_layers_stay_on_paddle(monkeypatch):
     assert calls == [big]
 
 
+@fast_only
 def test_threads_holds_numpy_blas_to_one_thread_and_sets_the_shards():
     """``cpu.threads(n)`` holds numpy's OpenBLAS to one thread while open (the shards are the parallelism),
     sets n shards, and gives back the old values."""
@@ -414,6 +424,7 @@ def test_threads_holds_numpy_blas_to_one_thread_and_sets_the_shards():
         blas.set_threads(before)
 
 
+@fast_only
 def test_together_runs_whole_computations_side_by_side_in_the_callers_grad_mode():
     """``cpu.together``: with two shard threads, two computations run on two threads, each seeing one shard
     (no nested splitting) and the caller's grad mode; the results come back in order, an error is raised

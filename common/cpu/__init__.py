@@ -18,16 +18,21 @@ uses only the names below; how they are fast is this package's business:
   Inference predictor; ``dygraph``: none), or None with the reason.
 * ``tune_allocator()``: keep freed tensor memory in the process (glibc).
 * ``set_math_threads(n)``: the threads Paddle's own CPU math kernels may use.
-* ``available()``: whether the oneDNN fast paths run on this Paddle.
+* ``available()``: whether the oneDNN fast paths run on this Paddle, here and now.
+* ``fast_paths(*tensors)``: whether the CPU speed paths may run (on these tensors): the one
+  switch every path above asks (``common.cpu.switch``; ``PADDLE_CURIOSITY_PLAIN=1`` turns them
+  all off, and they are off wherever Paddle's device or a tensor is not the CPU).
 * ``stdim_losses(g, h, local_t)``: SND-STD's score losses (InfoNCE and the scores' size),
   forward and backward on numpy.
 * ``SideThread(name)``: one thread for a step that runs beside the caller's (the intrinsic
   module's update beside the policy's).
 
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
-``tests/test_native.py``, ``tests/test_snd.py``); every fast path steps aside by itself where the installed Paddle
-lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN), and GPU runs never
-use them. Modules: ``onednn`` (the C API through ctypes), ``sharding`` (the shard threads),
+``tests/test_native.py``, ``tests/test_snd.py``); every fast path steps aside by itself where the
+installed Paddle lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN) and
+wherever ``fast_paths`` is False: a GPU run computes with Paddle's plain layers only, and so does
+a CPU run with ``PADDLE_CURIOSITY_PLAIN=1`` (how CI runs the GPU route's code, ``docs/gpu.md``).
+Modules: ``switch`` (the predicate), ``onednn`` (the C API through ctypes), ``sharding`` (the shard threads),
 ``fused`` (fused and sharded convolutions, the training runner), ``linear`` (large dense
 layers on numpy), ``blas``, ``native`` (the collection engine), ``predictor``
 (Paddle Inference), ``allocator``, ``stdim``. Measurements: ``docs/performance.md``.
@@ -39,8 +44,8 @@ import concurrent.futures
 import contextlib
 import warnings
 
-from common.cpu import blas, onednn, sharding
-from common.cpu.allocator import tune_host_allocator as tune_allocator
+from common.cpu import blas, onednn, sharding, switch
+from common.cpu.allocator import tune_host_allocator
 from common.cpu.fused import run_layer as run
 from common.cpu.fused import standardize, unit_floats
 from common.cpu.sharding import together
@@ -50,6 +55,7 @@ __all__ = [
     "SideThread",
     "available",
     "collection_engine",
+    "fast_paths",
     "run",
     "set_math_threads",
     "standardize",
@@ -63,24 +69,39 @@ __all__ = [
 ENGINES = ("native", "onednn", "onednn-bf16", "dygraph")
 
 
+fast_paths = switch.on
+
+
 def available() -> bool:
-    """True when oneDNN loads from Paddle's wheel and passes its self-check."""
+    """True when oneDNN loads from Paddle's wheel, passes its self-check, and the speed paths are on."""
     return onednn.available()
 
 
+def tune_allocator() -> None:
+    """Keep freed host memory in the process (``common.cpu.allocator``); nothing off the speed paths."""
+    if fast_paths():
+        tune_host_allocator()
+
+
 def set_math_threads(n: int) -> None:
-    """Let Paddle's own CPU math kernels (MKL, OpenMP) use ``n`` threads (a no-op where Paddle lacks the call)."""
+    """Let Paddle's own CPU math kernels (MKL, OpenMP) use ``n`` threads (a no-op where Paddle lacks the
+    call, and off the speed paths: a GPU process leaves its host threads alone)."""
     import paddle
 
-    with contextlib.suppress(AttributeError):
-        paddle.base.core.set_num_threads(int(n))
+    if fast_paths():
+        with contextlib.suppress(AttributeError):
+            paddle.base.core.set_num_threads(int(n))
 
 
 @contextlib.contextmanager
 def threads(n: int):
     """While open, split large convolution and dense-layer batches into ``n`` shards on ``n`` threads
     (1: off), and hold numpy's BLAS to one thread: the shards are the parallelism, and BLAS threads
-    spinning after a product would take the cores from them (``common.cpu.blas``)."""
+    spinning after a product would take the cores from them (``common.cpu.blas``). Nothing changes
+    off the speed paths (``fast_paths()`` False when it opens)."""
+    if not fast_paths():
+        yield
+        return
     n = max(int(n), 1)
     old_blas = blas.set_threads(1)
     old = sharding.set_count(n) if n > 1 else None
@@ -96,14 +117,14 @@ def threads(n: int):
 def collection_engine(net, obs_shape, kind: str, batch: int):
     """An engine ``engine(uint8 obs) -> [outputs as numpy]`` for ``net``'s collection forward passes,
     with ``refresh()`` (copy the current weights), ``close()`` and ``min_batch``; None for ``dygraph``
-    or when ``kind`` cannot run this net here (a warning says why, except for networks the native
-    engine does not know, which quietly use the network itself).
+    or off the speed paths, or when ``kind`` cannot run this net here (a warning says why, except
+    for networks the native engine does not know, which quietly use the network itself).
 
     ``batch``: the largest batch it will see (the predictor only pays off from its ``min_batch``).
     """
     if kind not in ENGINES:
         raise ValueError(f"unknown collection engine {kind!r}; expected one of {', '.join(ENGINES)}")
-    if kind == "dygraph":
+    if kind == "dygraph" or not fast_paths():
         return None
     try:
         if kind == "native":

@@ -23,13 +23,15 @@ the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
    (``common/cpu/onednn.py``): ``conv_stack`` runs the whole stack on oneDNN's kernels,
    channels-last inside, forward and backward, still in batch shards on threads (Mario's
    conv stack, forward + backward at batch 192 on 2 cores: 122 -> 58 ms). Points 1-3 are the
-   fallback when it does not (and the path every GPU run takes).
+   fallback when it does not.
 
 Parameters are the layers' own, so state dicts and checkpoints are unchanged.
 ``tests/test_fast_update.py`` checks outputs and gradients against the plain layers,
 sharded and unsharded. The number of shards (``set_num_shards``, ``common.cpu.sharding``) is
-1 unless the trainer raises it while it runs the networks (``TrainConfig.num_threads``); GPU
-runs always use the plain layers' kernels.
+1 unless the trainer raises it while it runs the networks (``TrainConfig.num_threads``).
+
+None of this runs off the CPU: every path here asks ``common.cpu.switch.on`` first, so a GPU run
+(and a CPU run with ``PADDLE_CURIOSITY_PLAIN=1``) computes with Paddle's plain layers.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ try:
 except ImportError:  # pragma: no cover - older Paddle
     _HAS_DLPACK = False
 
-from common.cpu import linear, onednn, sharding
+from common.cpu import linear, onednn, sharding, switch
 
 # The fused path calls Paddle's internal kernels; an older Paddle (2.6) without them
 # falls back to the plain layers (same math, slower).
@@ -121,7 +123,7 @@ def unit_floats(obs: np.ndarray) -> paddle.Tensor:
     into channels-last for free (Paddle's cast, divide and that transpose took ~10x longer).
     Same values either way.
     """
-    if obs.ndim == 4 and paddle.get_device() == "cpu" and onednn.available() and _HAS_DLPACK:
+    if obs.ndim == 4 and _HAS_DLPACK and onednn.available():  # available(): the speed paths are on here
         # the capsule (Paddle 2.6 takes only that) owns a reference to the array: the memory stays valid
         return from_dlpack(onednn.unit_floats_channels_last(obs).__dlpack__()).transpose([0, 3, 1, 2])
     return paddle.to_tensor(obs).astype("float32") / 255.0
@@ -131,8 +133,8 @@ def standardize(
     x: paddle.Tensor, mean: paddle.Tensor, inv_std: paddle.Tensor, clip: float, in_place: bool = False
 ) -> paddle.Tensor:
     """``clip((x - mean) * inv_std, -clip, clip)``; ``in_place``: ``x`` is a temporary nobody else
-    holds, so its buffer is reused (1.7x faster on CPU, same values)."""
-    if in_place and _HAS_INPLACE:
+    holds, so its buffer is reused (1.7x faster on CPU, same values; CPU speed paths only)."""
+    if in_place and _HAS_INPLACE and switch.on(x, mean, inv_std):
         _C_ops.subtract_(x, mean)
         _C_ops.multiply_(x, inv_std)
         return _C_ops.clip_(x, -clip, clip)
@@ -204,9 +206,12 @@ def _conv_attrs(conv: nn.Conv2D):
 
 @paddle.jit.not_to_static  # plain Python when traced for export (common.cpu.predictor)
 def conv_act(conv: nn.Conv2D, x: paddle.Tensor, slope: float = 0.0) -> paddle.Tensor:
-    """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU."""
+    """``act(conv(x))`` for an NCHW ``nn.Conv2D`` with bias; act = ReLU (slope 0) or LeakyReLU.
+
+    The plain layers when traced for export (``common.cpu.predictor``) and wherever the CPU speed
+    paths are off (``common.cpu.switch``: a GPU run, ``PADDLE_CURIOSITY_PLAIN=1``)."""
     g = geometry(conv)
-    if not paddle.in_dynamic_mode() or g is None:  # traced for export (common.cpu.predictor): the plain layer
+    if not paddle.in_dynamic_mode() or g is None or not switch.on(x, conv.weight):
         return _plain_act(conv(x), slope)
     y = F.conv2d(
         x,
@@ -299,7 +304,7 @@ def _dnnl_specs(layers, x):
     """``dnnl_conv_specs`` when this input can go to oneDNN at all (float32, it and the weights on the CPU,
     the library loaded). The tensors' own places decide, not the global device: a network built on a GPU
     and run after ``set_device("cpu")`` must not hand its device pointers to oneDNN."""
-    on_cpu = x.place.is_cpu_place() and all(c.weight.place.is_cpu_place() for c, _ in layers)
+    on_cpu = switch.on(x, *(c.weight for c, _ in layers))
     if not (x.dtype == paddle.float32 and on_cpu and onednn.available()):
         return None
     return dnnl_conv_specs(layers)
@@ -423,8 +428,8 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
         n > 1
         and _HAS_KERNELS
         and paddle.in_dynamic_mode()
-        and x.place.is_cpu_place()
-        and all(c.bias is not None and c.weight.place.is_cpu_place() for c, _ in layers)
+        and all(c.bias is not None for c, _ in layers)
+        and switch.on(x, *(c.weight for c, _ in layers))
     ):
         attrs = [_conv_attrs(c) for c, _ in layers]
     if attrs is None or None in attrs:

@@ -26,7 +26,7 @@ import paddle
 import paddle.nn as nn
 from paddle.autograd import PyLayer
 
-from common.cpu import sharding
+from common.cpu import sharding, switch
 
 #: batch x in x out multiply-adds from which numpy pays off (a 256 x 64 x 64 layer stays on Paddle)
 MIN_MACS = 1 << 21
@@ -100,8 +100,8 @@ def applies(layer: nn.Layer, x: paddle.Tensor) -> bool:
         and x.dtype == paddle.float32
         and layer.weight.dtype == paddle.float32
         and paddle.in_dynamic_mode()
-        and x.place.is_cpu_place()
         and x.shape[0] * layer.weight.shape[0] * layer.weight.shape[1] >= MIN_MACS
+        and switch.on(x, layer.weight)
     )
 
 

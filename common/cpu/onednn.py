@@ -30,6 +30,8 @@ import threading
 import numpy as np
 import paddle
 
+from common.cpu import switch
+
 # oneDNN 3.x C API constants (oneapi/dnnl/dnnl_types.h, dnnl_common_types.h)
 _F32, _U8, _TAG_ANY, _CPU, _IN_ORDER = 3, 6, 1, 1, 1
 _FORWARD_TRAINING, _CONV_DIRECT, _ELTWISE_RELU = 64, 0x1, 0x20
@@ -366,11 +368,12 @@ def _self_check() -> bool:
 def available() -> bool:
     """True when oneDNN 3.x loads from Paddle's wheel and passes the self-check (probed once, on the CPU).
 
-    False, and not remembered, while Paddle's current device is not the CPU: the self-check's tensors
-    would be made there, and oneDNN handed their device pointers would crash the process (a SIGSEGV no
-    ``except`` catches)."""
+    False, and not remembered, while the CPU speed paths are off (``common.cpu.switch``: the
+    ``PADDLE_CURIOSITY_PLAIN`` switch, or Paddle's current device is not the CPU: the self-check's
+    tensors would be made there, and oneDNN handed their device pointers would crash the process, a
+    SIGSEGV no ``except`` catches)."""
     global _state
-    if paddle.get_device() != "cpu":
+    if not switch.on():
         return False
     if _state is None:
         with _probe_lock:

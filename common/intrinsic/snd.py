@@ -392,7 +392,7 @@ class SNDSTD(_SNDBase):
         z, fmap = self.target.forward_with_map(paddle.concat([self.normalize(obs), self.normalize(next_obs)]))
         z_t, z_next = paddle.split(z, 2)  # split, not slices: one cheap node in the backward pass
         map_t, map_next = paddle.split(fmap, 2)
-        if z.place.is_cpu_place():  # the same terms, the score losses on numpy (common/cpu/stdim.py)
+        if cpu.fast_paths(z):  # the same terms, the score losses on numpy (common/cpu/stdim.py)
             g, h, lt = stdim_features(z_next, map_t, map_next, self.heads.global_local, self.heads.local_local)
             global_local, local_local, score_sq = cpu.stdim_losses(g, h, lt)
             terms = {
