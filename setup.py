@@ -4,7 +4,7 @@ PaddlePaddle is deliberately *not* a hard requirement: AI Studio and GPU machine
 already have ``paddlepaddle-gpu``, and a plain ``paddlepaddle`` requirement would
 replace it with the CPU build. Following the Paddle ecosystem's convention (PARL,
 PaddleNLP) Paddle is left to the user; the CPU build comes with the ``cpu`` extra,
-and ``common.device`` tells clearly when no Paddle is installed:
+and ``common.run.device`` tells clearly when no Paddle is installed:
 
     pip install -e ".[cpu]"        # fresh machine, CPU
     pip install -e .               # Paddle (CPU or GPU build) already installed
@@ -39,7 +39,19 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
-    packages=["common", "common.cpu", "common.intrinsic", "mario", "montezuma", "gridworld", "pong"],
+    packages=[
+        "common",
+        "common.cpu",
+        "common.dqn",
+        "common.envs",
+        "common.intrinsic",
+        "common.ppo",
+        "common.run",
+        "mario",
+        "montezuma",
+        "gridworld",
+        "pong",
+    ],
     install_requires=install_requires,
     extras_require={
         "cpu": [PADDLE_CPU],

@@ -35,7 +35,7 @@ import paddle  # noqa: E402
 
 from common import cpu  # noqa: E402
 from common.cpu import blas, linear, sharding  # noqa: E402
-from common.dqn import KERAS_ADAM_EPSILON, DoubleDQN, DQNConvNet  # noqa: E402
+from common.dqn.learner import KERAS_ADAM_EPSILON, DoubleDQN, DQNConvNet  # noqa: E402
 
 BATCH = 32
 

@@ -27,7 +27,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.vec_env import InProcessVecEnv, SubprocVecEnv  # noqa: E402
+from common.envs.inprocess import InProcessVecEnv  # noqa: E402
+from common.envs.subproc import SubprocVecEnv  # noqa: E402
 
 # (label, kind, workers, envs per worker); kind: raw | inproc | subproc
 CONFIGS = {

@@ -52,7 +52,7 @@ if ROOT not in sys.path:
 
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
 from benchmarks.lanes import code_commit, write_json_atomic  # noqa: E402
-from common.logger import read_metrics  # noqa: E402
+from common.run.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
 

@@ -54,7 +54,7 @@ def forward_table(batches, repeats: int) -> None:
     from common.cpu import unit_floats as obs_to_tensor
     from common.cpu.native import NativeEngine
     from common.cpu.predictor import InferenceEngine
-    from common.device import set_device
+    from common.run.device import set_device
     from mario.model import MARIO
     from montezuma.model import RNDPolicy
 
@@ -100,11 +100,11 @@ def forward_table(batches, repeats: int) -> None:
 def collect_table(game: str, num_envs: int, steps: int, rounds: int) -> None:
     import tempfile
 
-    from common.actor import Actor
-    from common.config import parse_config
     from common.cpu.native import NativeEngine
     from common.cpu.predictor import InferenceEngine
-    from common.trainer import Trainer
+    from common.ppo.actor import Actor
+    from common.ppo.trainer import Trainer
+    from common.run.config import parse_config
 
     if game == "mario":
         from mario.train import SPEC

@@ -15,8 +15,8 @@ import tempfile
 
 import numpy as np
 
-from common.config import process_umask
-from common.runtime import code_commit  # noqa: F401  (the checkout's commit: every summary records it)
+from common.run.config import process_umask
+from common.run.runtime import code_commit  # noqa: F401  (the checkout's commit: every summary records it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -24,11 +24,13 @@ are skipped. ``--report-only`` rebuilds the results block of ``docs/mario_learni
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -40,9 +42,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks import lanes  # noqa: E402
-from common import logger as tags  # noqa: E402
-from common.launch import SIGNAL_EXIT  # noqa: E402
-from common.logger import read_metrics  # noqa: E402
+from common.run import logger as tags  # noqa: E402
+from common.run.launch import SIGNAL_EXIT  # noqa: E402
+from common.run.logger import read_metrics  # noqa: E402
 
 RECIPE = "cpu-1-1"
 #: the plan of docs/mario_learning.md, in order: (level, method, seed)
@@ -230,7 +232,11 @@ def run_all(plan, out, results, lanes_at_once=1, extra=()):
                 argv = command(level, method, seed, out, ckpt, threads, extra)
                 segment_event(out, name, event="start", commit=lanes.code_commit(), resume_update=update)
                 log = open(os.path.join(out, name + ".log"), "a")
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                # a session of its own: a Ctrl-C (or a SIGINT sent to this process alone) reaches the run once,
+                # from here, not a second time from the terminal (a second SIGINT would abort it unsaved)
+                proc = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+                )
                 running.append(_Running(level, method, seed, proc, log, update))
                 print(f"[{time.strftime('%H:%M:%S')}] start {name}" + (f" from update {update}" if ckpt else ""))
             time.sleep(2)
@@ -262,7 +268,10 @@ def run_all(plan, out, results, lanes_at_once=1, extra=()):
                 )
                 if rc in SIGNAL_EXIT.values():  # stopped from outside: the benchmark stops too
                     pending.clear()
-    except KeyboardInterrupt:  # Ctrl-C reached the trainers too: they save; wait for them
+    except KeyboardInterrupt:  # pass it on to each run (they finish the step and save); wait for them
+        for r in running:
+            with contextlib.suppress(ProcessLookupError):
+                r.proc.send_signal(signal.SIGINT)
         for r in running:
             r.proc.wait()
             segment_event(out, r.name, event="end", returncode=r.proc.returncode)

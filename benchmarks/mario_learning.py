@@ -138,7 +138,7 @@ def plot(run_dir, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from common.logger import read_metrics
+    from common.run.logger import read_metrics
 
     m = read_metrics(run_dir)
     with open(os.path.join(run_dir, "config.json")) as f:

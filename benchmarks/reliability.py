@@ -80,7 +80,7 @@ def render(outcomes: dict[str, list[str]]) -> str:
         "Related behaviour documented in the README: atomic checkpoints (written to a temporary file "
         "and renamed), `--resume`, and the checks that refuse a checkpoint of another game or network.",
         "",
-        "Loading never runs code from a file: `common/checkpoint.py` reads Paddle's pickle with an "
+        "Loading never runs code from a file: `common/run/checkpoint.py` reads Paddle's pickle with an "
         "allow-list of containers and numpy arrays, so the files stay plain `paddle.save` files (loadable by "
         "`paddle.load` for files you trust) while `--resume` and the play scripts refuse anything else.",
     ]

@@ -48,7 +48,7 @@ sys.path.insert(0, ROOT)
 # ----------------------------------------------------------------------------- part 1: vec envs
 def make_trainer(kind: str, envs: int, workers: int, steps: int, log_path: str):
     """A Montezuma trainer (no intrinsic module: collection only) whose envs run on ``kind`` workers."""
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from montezuma.train import SPEC, MontezumaConfig
 
     cfg = MontezumaConfig(
@@ -72,7 +72,7 @@ def part_envs(args) -> dict:
     """Both vec envs alive side by side, measured in alternation (ABBA) so that both see the same load."""
     import ray
 
-    from common.vec_env_ray import connect
+    from common.envs.ray_actors import connect
 
     kinds = ("subproc", "ray")
     t = time.perf_counter()
@@ -144,8 +144,8 @@ def rank_child(argv: list[str]) -> None:
     """One rank of the ranks part (alone, or under paddle.distributed.launch); rank 0 writes JSON."""
     out = argv[argv.index("--out") + 1]
     argv = argv[: argv.index("--out")] + argv[argv.index("--out") + 2 :]
-    from common.config import parse_config
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.config import parse_config
     from montezuma.train import SPEC
 
     cfg = parse_config(SPEC.config_cls, argv)

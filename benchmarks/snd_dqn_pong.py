@@ -45,8 +45,8 @@ if ROOT not in sys.path:
 from benchmarks import lanes  # noqa: E402
 from benchmarks.intervals import bootstrap_diff, bootstrap_mean  # noqa: E402
 from benchmarks.lanes import binned, code_commit, logged_hours, write_json_atomic  # noqa: E402
-from common.launch import SIGNAL_EXIT  # noqa: E402
-from common.logger import read_metrics  # noqa: E402
+from common.run.launch import SIGNAL_EXIT  # noqa: E402
+from common.run.logger import read_metrics  # noqa: E402
 
 AGENTS = {"dqn": "DQN (epsilon 0.1)", "dqn-e0": "DQN_e0 (epsilon 0)", "snd": "SND (SND-V, epsilon 0)"}
 COLORS = {"dqn": "C0", "dqn-e0": "C1", "snd": "C2"}

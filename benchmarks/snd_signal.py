@@ -38,7 +38,7 @@ if ROOT not in sys.path:
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from benchmarks.lanes import code_commit  # noqa: E402  (the checkout's commit, recorded in each summary)
-from common.logger import read_metrics  # noqa: E402
+from common.run.logger import read_metrics  # noqa: E402
 
 MODULES = ("rnd", "snd-v", "snd-std", "snd-vic")
 SEEDS = 2

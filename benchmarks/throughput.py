@@ -26,6 +26,12 @@ Peak RSS is summed over the trainer and its env workers
 
     python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (~10-15 min)
     python benchmarks/throughput.py --updates 1 --skip montezuma
+    python benchmarks/throughput.py --compare HEAD~1 --updates 1   # this tree against a commit, alternating
+
+``--compare REV`` runs only the project's Mario pipeline, in this tree and in a git worktree of
+``REV`` (its own ``benchmarks/throughput.py``, so its own code), ``--rounds`` times each in the
+order before, now, now, before, ...; it prints each run's steady-state rate and the ratio of
+the medians (a change that should not alter speed, e.g. a restructure, shows about 1.0).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,8 +53,8 @@ sys.path.insert(0, ROOT)
 # ----------------------------------------------------------------------------- children
 def child_project(game: str, argv: list[str], out: str) -> None:
     """Run the project's trainer with phase timers; write the timings as JSON to ``out``."""
-    from common.config import parse_config
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.config import parse_config
 
     if game == "mario":
         from mario.train import SPEC
@@ -118,7 +125,7 @@ def child_envonly(game: str, num_envs: int, workers: int, steps: int, out: str) 
 
     import numpy as np
 
-    from common.vec_env import make_vec_env
+    from common.envs.factory import make_vec_env
 
     if game == "mario":
         from mario.env import make_env
@@ -161,7 +168,7 @@ def _tree_rss(proc) -> int:
     return total
 
 
-def run_child(args: list[str], label: str) -> tuple[dict, float]:
+def run_child(args: list[str], label: str, cwd: str = ROOT) -> tuple[dict, float]:
     """Run ``python <args>`` with a JSON output file; returns (result, peak RSS MiB of its process tree)."""
     import psutil
 
@@ -169,7 +176,7 @@ def run_child(args: list[str], label: str) -> tuple[dict, float]:
     os.close(fd)
     print(f"  running {label} ...", flush=True)
     proc = subprocess.Popen(
-        [sys.executable, *args, out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [sys.executable, *args, out], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     ps = psutil.Process(proc.pid)
     peak = [0]
@@ -193,6 +200,49 @@ def run_child(args: list[str], label: str) -> tuple[dict, float]:
     return res, peak[0] / 2**20
 
 
+def project_flags(a) -> list[str]:
+    """The trainer flags both Mario pipelines share (no pictures, videos or checkpoints)."""
+    return [
+        "--video-interval",
+        "0",
+        "--histogram-interval",
+        "0",
+        "--embedding-interval",
+        "0",
+        "--save-interval",
+        "0",
+        "--log-path",
+        tempfile.mkdtemp(prefix="throughput_runs_"),
+        *a.project_args.split(),
+    ]
+
+
+def compare(a) -> dict:
+    """``--compare REV``: the project's Mario pipeline here and at REV, alternated; returns the rates."""
+    tree = tempfile.mkdtemp(prefix="throughput_compare_")
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, a.compare], check=True, capture_output=True)
+    L, U = a.num_local_steps, a.updates
+    flags = ["--num-local-steps", str(L), "--num-global-steps", str(6 * L * U), *project_flags(a)]
+    trees = {"before": tree, "now": ROOT}
+    rates = {"before": [], "now": []}
+    try:
+        order = [("before", "now") if r % 2 == 0 else ("now", "before") for r in range(a.rounds)]
+        for label in [x for pair in order for x in pair]:
+            script = os.path.join(trees[label], "benchmarks", "throughput.py")
+            res, _ = run_child([script, "--child", "project", "mario", *flags], f"{label} Mario", cwd=trees[label])
+            rates[label].append(res["steps"] / res["loop_steady"])
+            print(f"    {label}: {rates[label][-1]:.1f} agent steps/s (load average {os.getloadavg()[0]:.1f})")
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(
+        f"Mario steady state ({U} update(s) of 6 envs x {L} steps), median of {a.rounds}: "
+        f"{a.compare} {med['before']:.1f}, this tree {med['now']:.1f} agent steps/s, "
+        f"ratio {med['now'] / med['before']:.3f}"
+    )
+    return rates
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--updates", type=int, default=2, help="Mario updates per pipeline (equal for both)")
@@ -210,6 +260,8 @@ def main(argv=None):
         help="extra trainer flags for the project's runs, e.g. '--no-eval-in-background --num-threads 1'",
     )
     p.add_argument("--skip", nargs="*", default=[], choices=["env", "tutorial", "mario", "montezuma"])
+    p.add_argument("--compare", metavar="REV", default="", help="Mario alone: this tree against commit REV, in turn")
+    p.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each tree")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "--child":  # internal: one measured pipeline in this subprocess
         kind, *rest = argv[1:]
@@ -221,6 +273,8 @@ def main(argv=None):
             child_envonly(game, int(n), int(w), int(steps), out)
         return None
     a = p.parse_args(argv)
+    if a.compare:
+        return compare(a)
 
     import platform
 
@@ -260,19 +314,7 @@ def main(argv=None):
             "tutorial baseline (Mario)",
         )
         res["tutorial"] = {k: [t[k] for t in out] for k in ("collect", "update", "eval", "eval_steps", "steps")}
-    common = [
-        "--video-interval",
-        "0",
-        "--histogram-interval",
-        "0",
-        "--embedding-interval",
-        "0",
-        "--save-interval",
-        "0",
-        "--log-path",
-        tempfile.mkdtemp(prefix="throughput_runs_"),
-        *a.project_args.split(),
-    ]
+    common = project_flags(a)
     if "mario" not in a.skip:
         res["mario"], rss["mario"] = run_child(
             [

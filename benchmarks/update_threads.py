@@ -45,7 +45,7 @@ def _batch(rng, n, actions):
 
 def build(game: str):
     from common.intrinsic import make_intrinsic
-    from common.ppo import PPO
+    from common.ppo.update import PPO
 
     if game == "mario":
         from mario.model import MARIO as Policy
@@ -88,7 +88,7 @@ def main(argv=None):
 
     from common.cpu import blas, linear
     from common.cpu.fused import set_num_shards
-    from common.device import set_device
+    from common.run.device import set_device
 
     set_device("cpu")  # also the trainer's host-allocator tuning
     paddle.seed(0)

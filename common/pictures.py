@@ -86,7 +86,7 @@ def episode_frames(stacks: np.ndarray, screens=None, observation_picture=None):
     """``frame_at(step) -> (frame step, uint8[h, w, 3])`` for one episode, for ``along_episode``.
 
     ``screens``: the env's RGB screens ``[(step, uint8[h, w, 3])]`` kept by
-    ``common.play.greedy_episode`` (the kept screen nearest the step is used: exact while the
+    ``common.ppo.play.greedy_episode`` (the kept screen nearest the step is used: exact while the
     episode is shorter than the number kept); without them, the observation ``stacks[step]``
     (uint8[L+1, C, H, W]) drawn by ``observation_picture`` (default ``observation_rgb``).
     """

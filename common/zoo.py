@@ -105,10 +105,10 @@ def export(
 ) -> dict:
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
     checkpoint of ``game``; returns the card. The card's episode (``policy`` greedy or sample, ``seed``)
-    is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.video.gif_from_mp4``).
+    is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.envs.video.gif_from_mp4``).
     ``commit`` is the one the agent was trained from (default: this checkout's)."""
-    from common.checkpoint import check_compatible, load_checkpoint, save_checkpoint
-    from common.runtime import code_commit
+    from common.run.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+    from common.run.runtime import code_commit
 
     spec = spec_of(game)
     state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
@@ -124,7 +124,7 @@ def export(
         mp4 = os.path.join(tmp, "episode.mp4")
         result = card_result(play_once(game, path, seed, mp4, policy))
         if gif:
-            from common.video import gif_from_mp4
+            from common.envs.video import gif_from_mp4
 
             gif_from_mp4(mp4, os.path.join(zoo, name + ".gif"))
     card = {

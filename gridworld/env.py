@@ -28,14 +28,14 @@ continues its RNG, so a vector env seeded with ``seed + i`` repeats exactly.
 
 Recording: with ``record_path`` the env renders MiniGrid's full-grid RGB view
 (``render_mode="rgb_array"``, the agent's view highlighted) into an mp4 through
-``common.video.VideoRecorder``; only recording envs pay for rendering.
+``common.envs.video.VideoRecorder``; only recording envs pay for rendering.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from common.game_env import GameEnv
+from common.envs.game_env import GameEnv
 from gridworld import fast_view
 
 VIEW = 7

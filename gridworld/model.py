@@ -1,4 +1,4 @@
-"""Actor-critic for MiniGrid's symbolic 7x7 view (contract in ``common/ppo.py``).
+"""Actor-critic for MiniGrid's symbolic 7x7 view (contract in ``common/ppo/update.py``).
 
 Input scale: the trainer feeds every policy ``uint8 / 255`` (right for pixels).
 MiniGrid's observation holds category codes (object 0-10, colour 0-5, state 0-2),

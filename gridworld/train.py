@@ -15,8 +15,9 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg, default  # noqa: E402
-from common.game import GameSpec  # noqa: E402
+from common.ppo.config import TrainConfig  # noqa: E402
+from common.run.config import arg, default  # noqa: E402
+from common.run.game import GameSpec  # noqa: E402
 from gridworld import pictures  # noqa: E402
 from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
 
@@ -140,7 +141,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.launch import run
+    from common.ppo.trainer import run
 
     return run(SPEC, argv)
 

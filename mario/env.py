@@ -29,7 +29,7 @@ Deviations from the tutorial (all deliberate):
    that expects 5-tuples and breaks on nes-py's 4-tuples. We build
    ``SuperMarioBrosEnv(rom_mode="vanilla", target=(world, stage))`` (exactly what the
    ``SuperMarioBros-W-S-v0`` registration passes) and nes-py's ``JoypadSpace``.
-5. Recording uses ``common.video.VideoRecorder`` (libx264 via imageio) instead of a
+5. Recording uses ``common.envs.video.VideoRecorder`` (libx264 via imageio) instead of a
    hand-built ``ffmpeg`` pipe; it also records the reset frame.
 
 The emulator is deterministic: ``reset(seed)`` accepts a seed for API symmetry with
@@ -48,7 +48,7 @@ import sys
 import cv2
 import numpy as np
 
-from common.game_env import GameEnv
+from common.envs.game_env import GameEnv
 
 OBS_SIZE = 84
 FRAME_SKIP = 4

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import Recipe, TrainConfig, arg, default  # noqa: E402
-from common.game import GameSpec  # noqa: E402
+from common.ppo.config import TrainConfig  # noqa: E402
+from common.run.config import Recipe, arg, default  # noqa: E402
+from common.run.game import GameSpec  # noqa: E402
 from mario import pictures  # noqa: E402
 from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env  # noqa: E402
 
@@ -132,7 +133,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.launch import run
+    from common.ppo.trainer import run
 
     return run(SPEC, argv)
 

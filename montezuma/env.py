@@ -37,7 +37,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from common.game_env import GameEnv
+from common.envs.game_env import GameEnv
 
 OBS_SIZE = 84
 FRAME_SKIP = 4

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python montezuma/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import TrainConfig, arg, default  # noqa: E402
-from common.game import GameSpec  # noqa: E402
+from common.ppo.config import TrainConfig  # noqa: E402
+from common.run.config import arg, default  # noqa: E402
+from common.run.game import GameSpec  # noqa: E402
 from montezuma import pictures  # noqa: E402
 from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env  # noqa: E402
 
@@ -105,7 +106,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.launch import run
+    from common.ppo.trainer import run
 
     return run(SPEC, argv)
 

@@ -56,7 +56,7 @@ SETUP = code("""
     import sys
 
     for REPO in (os.path.abspath(".."), os.path.abspath("."), "/home/aistudio/work/paddle-curiosity"):
-        if os.path.exists(os.path.join(REPO, "common", "trainer.py")):
+        if os.path.exists(os.path.join(REPO, "common", "ppo", "trainer.py")):
             break
     else:
         raise FileNotFoundError("put the repository in /home/aistudio/work/paddle-curiosity (or open this notebook "
@@ -85,7 +85,7 @@ def curves_cell(tags: list[str]):
         # Curves from the run's metrics.jsonl (the same values VisualDL shows).
         import matplotlib.pyplot as plt
 
-        from common.logger import read_metrics
+        from common.run.logger import read_metrics
 
         metrics = read_metrics(result["run_dir"])
         TAGS = {tags!r}
@@ -646,6 +646,7 @@ def pong_notebook():
             SEED = 0
         """),
         SETUP,
+        *zoo_cells("pong", width=320),
         md("""
             ## Train the three agents / 训练三个智能体
 
@@ -679,7 +680,7 @@ def pong_notebook():
         code("""
             import matplotlib.pyplot as plt
 
-            from common.logger import read_metrics
+            from common.run.logger import read_metrics
 
             TAGS = ["eval/return", "episode/return", "losses/q", "charts/q_mean", "intrinsic/reward_mean",
                     "losses/snd_target"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from common.game_env import GameEnv
+from common.envs.game_env import GameEnv
 
 ENV_ID = "ALE/Pong-v5"
 OBS_SIZE = 84

@@ -1,4 +1,4 @@
-"""Pong's networks: the SND article's Q network and SND-V target/predictor, on ``common.dqn.DQNConvNet``.
+"""Pong's networks: the SND article's Q network and SND-V target/predictor, on ``common.dqn.learner.DQNConvNet``.
 
 * Q network (the article's ``QNetwork``, SRL's DQN with ``set_dqn_block()`` and
   ``hidden_block.set((512,))``): DQN image block, Dense(512) + ReLU, Dense(6).
@@ -6,12 +6,12 @@
   DQN image block, Dense(512), no activation.
 
 Input float32[B, 4, 84, 84] in [0, 1]; ``cfg.conv_padding`` picks the article's "same"
-geometry or the cheaper "valid" one (``common/dqn.py``). Keras' default initialization.
+geometry or the cheaper "valid" one (``common/dqn/learner.py``). Keras' default initialization.
 """
 
 from __future__ import annotations
 
-from common.dqn import DQNConvNet
+from common.dqn.learner import DQNConvNet
 
 HIDDEN = 512
 FEATURES = 512

@@ -19,7 +19,7 @@ from pong.train import SPEC  # noqa: E402
 
 
 def main(argv=None) -> dict:
-    from common.play import check_play_args, load_policy
+    from common.ppo.play import check_play_args, load_policy
 
     p = argparse.ArgumentParser(description="Play Pong greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by pong/train.py")
@@ -35,7 +35,7 @@ def main(argv=None) -> dict:
     output = args.output
     import paddle
 
-    from common.dqn import to_float
+    from common.dqn.learner import to_float
 
     q_net.eval()
     env = SPEC.env_factory(cfg, output)()

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # `python pong/train.py` from a checkout: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common.config import arg  # noqa: E402
-from common.dqn_config import DQNConfig  # noqa: E402
-from common.game import GameSpec  # noqa: E402
+from common.dqn.config import DQNConfig  # noqa: E402
+from common.run.config import arg  # noqa: E402
+from common.run.game import GameSpec  # noqa: E402
 from pong.env import ACTIONS, OBS_SIZE, PongEnv, make_env  # noqa: E402
 
 
@@ -99,7 +99,7 @@ SPEC = GameSpec(
 
 
 def main(argv=None):
-    from common.dqn_trainer import run
+    from common.dqn.trainer import run
 
     return run(SPEC, argv)
 

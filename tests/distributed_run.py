@@ -88,8 +88,9 @@ def main(argv: list) -> None:
     print(f"PID rank={rank} pid={os.getpid()}", flush=True)
     atexit.register(lambda: print(f"WRITES rank={rank} count={len(writes)} first={writes[:1]}", flush=True))
 
-    from common import trainer as trainer_module
-    from common.launch import run
+    from common.ppo import trainer as trainer_module
+
+    run = trainer_module.run
     from gridworld.train import SPEC
 
     original = trainer_module.Trainer._update

@@ -11,7 +11,7 @@ def montezuma_rollout(tmp_path, run_name: str, on_trainer=None, **overrides) -> 
     """The buffer's arrays (``KEYS``) after one ``Trainer.collect`` from reset, with the subprocess
     vector env ``train()`` would build. ``on_trainer(tr)`` runs before collecting (to check or
     record the trainer's engine, pipeline groups, ...); ``overrides`` are MontezumaConfig fields."""
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from montezuma.train import SPEC, MontezumaConfig
 
     fields = dict(

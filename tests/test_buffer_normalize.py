@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.buffer import RolloutBuffer, gae
-from common.normalize import RewardForwardFilter, RunningMeanStd
+from common.intrinsic.normalize import RewardForwardFilter, RunningMeanStd
+from common.ppo.buffer import RolloutBuffer, gae
 
 
 def test_gae_episodic_by_hand():
@@ -60,6 +60,27 @@ def test_buffer_combines_streams_and_pairs_next_obs():
         np.testing.assert_array_equal(batch["actions"], batch["obs"][:, 0, 0, 0])
         seen += len(batch["actions"])
     assert seen == T * N
+
+
+def test_buffer_answers_for_its_frames_and_rewards():
+    """The trainer and the logger ask the buffer (never its arrays): the terminal-frame rule, the
+    gate's frames, the reward clipping and the intrinsic rewards."""
+    T, N = 3, 2
+    buf = RolloutBuffer(T, N, (1, 2, 2))
+    buf.start(np.zeros((N, 1, 2, 2), np.uint8))
+    for t in range(T):
+        done = np.array([t == 1, False], np.float32)
+        infos = [{"final_observation": np.full((1, 2, 2), 200, np.uint8)} if done[0] else {}, {}]
+        rewards = np.array([-3.0, 0.5 * t], np.float32)
+        buf.add(np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), rewards, done, np.full((N, 1, 2, 2), t + 1), infos)
+    assert buf.next_frame(1, 0).max() == 200 and buf.next_frame(1, 1).max() == 2 and buf.next_frame(2, 0).max() == 3
+    nxt = buf.next_obs_for_reward()
+    first, nxt_given, reset, dones = buf.visit_frames(nxt)
+    assert first.max() == 0 and nxt_given is nxt and reset[1, 0].max() == 2 and dones[1, 0] == 1
+    buf.clip_rewards()
+    np.testing.assert_array_equal(buf.rewards_ext, [[-1, 0], [-1, 1], [-1, 1]])
+    buf.store_intrinsic_rewards(np.full((T, N), 0.25, np.float32))
+    assert (buf.rewards_int == 0.25).all()
 
 
 def test_running_mean_std_matches_numpy_on_concatenation():
@@ -121,7 +142,7 @@ def test_minibatches_give_the_intrinsic_module_the_frames_it_scores():
 
 
 def test_first_visit_gate_pays_each_observation_once_per_episode():
-    from common.normalize import FirstVisitGate
+    from common.intrinsic.normalize import FirstVisitGate
 
     def frames(*codes):  # one env, frames are a single byte each
         return np.array(codes, np.uint8).reshape(len(codes), 1, 1)
@@ -143,7 +164,7 @@ def test_first_visit_gate_pays_each_observation_once_per_episode():
 
 
 def test_embeddings_for_visualdl_keep_their_geometry_in_200_dimensions():
-    from common.logger import VISUALDL_MAX_DIM, project_for_visualdl
+    from common.run.logger import VISUALDL_MAX_DIM, project_for_visualdl
 
     rng = np.random.default_rng(0)
     for n in (50, 300):

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from common.checkpoint import load_checkpoint
+from common.run.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 

@@ -1,4 +1,4 @@
-"""Data-parallel training (common/distributed.py): no-ops in one process, and a real 2-rank CPU launch
+"""Data-parallel training (common/run/distributed.py): no-ops in one process, and a real 2-rank CPU launch
 (``paddle.distributed.launch --nproc_per_node 2``, gloo on loopback) of a tiny gridworld run:
 bit-identical replicas after every update, a NaN on one rank rolled back on both, only rank 0 writes,
 a killed rank ends the others."""
@@ -15,9 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from common.checkpoint import CheckpointError
-from common.distributed import NO_SYNC, Agreement, SilentLogger, World, combine_moments
-from common.normalize import RunningMeanStd
+from common.intrinsic.normalize import RunningMeanStd
+from common.run.checkpoint import CheckpointError
+from common.run.distributed import NO_SYNC, Agreement, SilentLogger, World, combine_moments
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HELPER = os.path.join(ROOT, "tests", "distributed_run.py")
@@ -90,7 +90,7 @@ def test_gradient_sync_averages_over_the_ranks_that_had_a_loss():
     """GradientSync with the all-reduce replaced by the sum with another rank's buffer."""
     import paddle
 
-    from common.distributed import GradientSync
+    from common.run.distributed import GradientSync
 
     class TwoRanks(World):
         other = None  # the other rank's (gradient, finite, has_data)
@@ -201,8 +201,8 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
     assert (run / "videos" / "eval_000002.mp4").exists() and (run / "metrics.jsonl").exists()
 
     # the checkpoint records the world size; one rank refuses it unless asked
-    from common.checkpoint import load_checkpoint
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.checkpoint import load_checkpoint
     from gridworld.train import SPEC, GridConfig
 
     ckpt = str(run / "models" / "gridworld_DoorKey-5x5_3.pdparams")
@@ -271,7 +271,7 @@ def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
 def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
     """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: the README's command, twice (the
     second resumes the first's checkpoint on the same world size and carries on to the new budget)."""
-    from common.checkpoint import load_checkpoint
+    from common.run.checkpoint import load_checkpoint
 
     flags = ["--world", "1", "--stage", "1", "--num-processes", "1", "--num-workers", "-1", "--num-local-steps"]
     flags += ["8", "--batch-size", "2", "--num-epochs", "1", "--obs-norm-steps", "1", "--eval-interval", "0"]

@@ -15,10 +15,10 @@ import paddle
 import paddle.nn as nn
 import pytest
 
-from common.checkpoint import CheckpointError, load_checkpoint
-from common.dqn import DoubleDQN, DQNConvNet, LinearSchedule, double_dqn_targets, epsilon_greedy, same_padding
-from common.intrinsic.snd_dqn import SNDVArticle, article_contrastive_loss, article_pairs
-from common.replay import ReplayMemory
+from common.dqn.learner import DoubleDQN, DQNConvNet, LinearSchedule, double_dqn_targets, epsilon_greedy, same_padding
+from common.dqn.replay import ReplayMemory
+from common.dqn.snd import SNDVArticle, article_contrastive_loss, article_pairs
+from common.run.checkpoint import CheckpointError, load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -406,7 +406,7 @@ def test_pong_env_preprocessing_and_five_point_games():
 
 
 def test_pong_env_does_not_import_paddle():
-    code = "import sys; import pong.env, common.replay; assert 'paddle' not in sys.modules, 'paddle imported'"
+    code = "import sys; import pong.env, common.dqn.replay; assert 'paddle' not in sys.modules, 'paddle imported'"
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
 
@@ -492,7 +492,7 @@ def test_tiny_real_pong_run_through_the_entry_point(agent, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("save_replay", [True, False])
 def test_resume_continues_counters_and_replay_policy(save_replay, tmp_path):
-    from common.dqn_trainer import DQNTrainer
+    from common.dqn.trainer import DQNTrainer
     from pong.train import SPEC, PongConfig, main
 
     flags = ["--agent", "snd", *TINY, "--eval-interval", "0", "--log-path", str(tmp_path)]
@@ -631,7 +631,7 @@ def test_sigint_saves_a_loadable_checkpoint(tmp_path):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_all_finite_sees_every_nan_and_inf(bad):
     """The one-sum-per-tensor check the DQN trainer runs after every step agrees with ``nonfinite_tensors``."""
-    from common.checkpoint import all_finite, nonfinite_tensors
+    from common.run.checkpoint import all_finite, nonfinite_tensors
 
     w = paddle.ones([3, 4])
     state = [{"a": paddle.zeros([2]), "b": {"w": w}}, {"n": np.zeros(2), "i": paddle.to_tensor([1, 2])}]

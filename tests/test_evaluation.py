@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("paddle")
 
-from common.checkpoint import load_checkpoint  # noqa: E402
-from common.evaluation import BackgroundEvaluator, EvalProcessError, spec_module  # noqa: E402
-from common.trainer import Trainer  # noqa: E402
+from common.ppo.evaluation import BackgroundEvaluator, EvalProcessError, spec_module  # noqa: E402
+from common.ppo.trainer import Trainer  # noqa: E402
+from common.run.checkpoint import load_checkpoint  # noqa: E402
 from mario.train import SPEC as MARIO  # noqa: E402
 from mario.train import MarioConfig
 

@@ -23,7 +23,7 @@ from common.cpu import switch  # noqa: E402
 from common.cpu.fused import conv_act, conv_stack, run_sequential, set_num_shards  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
 from common.intrinsic.networks import ConvFeatureNet  # noqa: E402
-from common.ppo import PPO, log_prob_entropy  # noqa: E402
+from common.ppo.update import PPO, log_prob_entropy  # noqa: E402
 from mario.model import MARIO  # noqa: E402
 from montezuma.model import RNDPolicy  # noqa: E402
 

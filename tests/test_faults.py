@@ -25,10 +25,10 @@ import numpy as np
 import paddle
 import pytest
 
-from common.checkpoint import CheckpointError, UnsafeCheckpointError, load_checkpoint, nonfinite_tensors
-from common.errors import UsageError
-from common.logger import read_metrics
-from common.trainer import NonFiniteLossError, RunStoppedError, Trainer
+from common.ppo.trainer import NonFiniteLossError, RunStoppedError, Trainer
+from common.run.checkpoint import CheckpointError, UnsafeCheckpointError, load_checkpoint, nonfinite_tensors
+from common.run.errors import UsageError
+from common.run.logger import read_metrics
 from gridworld.train import SPEC as GRID
 from gridworld.train import GridConfig
 
@@ -583,7 +583,7 @@ def pong_cfg(tmp_path, **kw):
     "a finite checkpoint of the last good state; no non-finite checkpoint is ever written",
 )
 def test_dqn_nonfinite_steps_are_taken_back_and_never_saved(tmp_path):
-    from common.dqn_trainer import DQNTrainer
+    from common.dqn.trainer import DQNTrainer
     from pong.train import SPEC as PONG
 
     t = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=1000))
@@ -617,7 +617,7 @@ def test_dqn_nonfinite_steps_are_taken_back_and_never_saved(tmp_path):
 def test_dqn_env_fault_saves_the_state_and_names_the_file(tmp_path):
     import dataclasses
 
-    from common.dqn_trainer import DQNTrainer
+    from common.dqn.trainer import DQNTrainer
     from pong.train import SPEC as PONG
 
     def breaking_env_factory(cfg, record_path=None):
@@ -653,7 +653,7 @@ def test_dqn_env_fault_saves_the_state_and_names_the_file(tmp_path):
     "no run folder is created",
 )
 def test_dqn_incomplete_checkpoint_and_bad_log_path(tmp_path):
-    from common.dqn_trainer import DQNTrainer
+    from common.dqn.trainer import DQNTrainer
     from pong.train import SPEC as PONG
 
     res = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=5)).train()
@@ -807,7 +807,7 @@ def test_full_disk_names_the_file_and_the_flag(tiny_disk):
 
 @fault(
     "metrics.jsonl cut in the middle of its last line (a full disk, a killed run), read by the notebooks",
-    "common.logger.read_metrics skips that line with a warning naming it; a broken line elsewhere is an error",
+    "common.run.logger.read_metrics skips that line with a warning naming it; a broken line elsewhere is an error",
     "every complete line",
 )
 def test_read_metrics_skips_only_a_truncated_last_line(tmp_path):
@@ -991,7 +991,7 @@ def test_vec_env_restart_keeps_the_contract(tmp_path, monkeypatch):
 
     from fault_envs import make_flaky
 
-    from common.vec_env import SubprocVecEnv
+    from common.envs.subproc import SubprocVecEnv
 
     monkeypatch.setenv("FAULT_MARKER", str(tmp_path / "died"))
     fns = [functools.partial(make_flaky, "MiniGrid-Empty-5x5-v0", "die", 3)] * 4

@@ -107,7 +107,7 @@ def test_unknown_env_id_lists_examples(bad):
 
 
 def test_bad_env_id_flag_is_rejected(capsys):
-    from common.config import parse_config
+    from common.run.config import parse_config
     from gridworld.train import GridConfig
 
     with pytest.raises(SystemExit):
@@ -149,8 +149,8 @@ def test_policy_undoes_the_uint8_scaling_and_one_hot_encodes():
 @pytest.mark.slow
 @pytest.mark.parametrize("intrinsic", ["none", "rnd", "snd-v", "snd-std", "snd-vic"])
 def test_tiny_training_run(tmp_path, intrinsic):
-    from common.logger import read_metrics
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.logger import read_metrics
     from gridworld.train import SPEC, GridConfig
 
     cfg = GridConfig(
@@ -179,7 +179,7 @@ def test_tiny_training_run(tmp_path, intrinsic):
 
 @pytest.mark.slow
 def test_play_records_the_greedy_episode(tmp_path):
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from gridworld.play import main as play_main
     from gridworld.train import SPEC, GridConfig
 
@@ -207,7 +207,7 @@ def test_play_records_the_greedy_episode(tmp_path):
 def test_norm_adv_makes_the_loss_invariant_to_the_advantage_scale():
     import paddle
 
-    from common.ppo import PPO
+    from common.ppo.update import PPO
     from gridworld.model import GridPolicy
 
     paddle.seed(0)
@@ -232,12 +232,12 @@ def test_norm_adv_makes_the_loss_invariant_to_the_advantage_scale():
 def test_config_flags_have_help_and_round_trip():
     import dataclasses
 
-    from common.config import parse_config
+    from common.run.config import parse_config
     from gridworld.train import GridConfig
 
     cfg = parse_config(GridConfig, ["--env-id", "MiniGrid-DoorKey-8x8-v0", "--no-norm-adv", "--snd-max-pairs", "64"])
     assert cfg.env_id == "MiniGrid-DoorKey-8x8-v0" and not cfg.norm_adv and cfg.snd_max_pairs == 64
     assert GridConfig.from_dict(cfg.to_dict()) == cfg
-    from common.config import field_meta
+    from common.run.config import field_meta
 
     assert all(field_meta(GridConfig, f.name).get("help") for f in dataclasses.fields(GridConfig))

@@ -5,9 +5,9 @@ import paddle
 import pytest
 
 from common import cpu
-from common.actor import Actor
 from common.cpu.predictor import InferenceEngine, onednn_available
-from common.ppo import PPO
+from common.ppo.actor import Actor
+from common.ppo.update import PPO
 from mario.model import MARIO
 from montezuma.model import RNDPolicy
 

@@ -3,7 +3,12 @@
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -93,3 +98,31 @@ def test_report_rebuilds_from_summaries_alone(tmp_path):
     assert "| 1-1 | PPO + RND | 0 | flag | 6,144 |" in text and "| 4,096 |" in text
     assert os.path.getsize(os.path.join(docs, "mario_learning.png")) > 10_000
     assert text.count(bench.START) == 1 and text.count(bench.END) == 1
+
+
+@pytest.mark.slow
+def test_a_sigint_to_the_benchmark_alone_stops_its_run_with_a_checkpoint(tmp_path):
+    """The runs have sessions of their own: a SIGINT sent to the benchmark process (not to a terminal's
+    whole group) is passed on once, and the run saves and ends instead of being waited on forever."""
+    out, results = tmp_path / "runs", tmp_path / "results"
+    small = ["--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2"]
+    small += ["--num-epochs", "1", "--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "1"]
+    small += ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0"]
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "mario_flag.py"), "--runs", "1-1:none:0", "--out"]
+    cmd += [str(out), "--results", str(results), "--docs", str(tmp_path / "docs"), *small]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    models = out / bench.run_name("1-1", "none", 0) / "models"
+    try:
+        deadline = time.monotonic() + 300
+        while not (models.is_dir() and any(models.iterdir())):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+            time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = bench.read_segments(str(out), bench.run_name("1-1", "none", 0))
+    assert [e["event"] for e in events] == ["start", "end"] and events[-1]["returncode"] == 130, events
+    summary = json.loads((results / (bench.run_name("1-1", "none", 0) + ".json")).read_text())
+    assert summary["status"] == "stopped" and summary["agent_steps"] > 0

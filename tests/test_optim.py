@@ -8,8 +8,8 @@ import pytest
 paddle = pytest.importorskip("paddle")
 import paddle.nn as nn  # noqa: E402
 
-from common.checkpoint import copy_state, optimizer_state, set_optimizer_state  # noqa: E402
 from common.optim import adam  # noqa: E402
+from common.run.checkpoint import copy_state, optimizer_state, set_optimizer_state  # noqa: E402
 
 
 def _net():

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from common import pictures
-from common.logger import read_metrics
+from common.run.logger import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,7 +152,7 @@ def test_room_map_colours_the_reached_rooms():
 
 
 def test_mario_bins_cover_every_position():
-    from common.game import Rollout
+    from common.run.game import Rollout
     from mario.pictures import BIN, by_position, draw_by_position
 
     x = np.array([[40, 40], [52, 300], [70, 333], [1020, 90]])
@@ -199,7 +199,7 @@ def test_mario_run_draws_both_pictures(mario_run):
 
 
 def train_gridworld(tmp_path, intrinsic: str, **kw):
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
     cfg = GridConfig(
@@ -278,8 +278,8 @@ def test_without_intrinsic_module_the_episode_picture_is_skipped(tmp_path):
 def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
     import paddle
 
-    from common.checkpoint import load_checkpoint
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.checkpoint import load_checkpoint
     from montezuma.pictures import room_table
     from montezuma.train import SPEC, MontezumaConfig, main
 

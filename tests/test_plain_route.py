@@ -19,10 +19,10 @@ import common.cpu as cpu  # noqa: E402
 import common.cpu.fused as fused  # noqa: E402
 import common.cpu.linear as linear  # noqa: E402
 import common.cpu.onednn as onednn  # noqa: E402
-from common.checkpoint import all_finite  # noqa: E402
 from common.cpu import blas, sharding, switch  # noqa: E402
-from common.device import warn_ignored_cpu_flags  # noqa: E402
 from common.intrinsic import make_intrinsic  # noqa: E402
+from common.run.checkpoint import all_finite  # noqa: E402
+from common.run.device import warn_ignored_cpu_flags  # noqa: E402
 from mario.model import MARIO  # noqa: E402
 from mario.train import MarioConfig  # noqa: E402
 

@@ -15,7 +15,7 @@ import sys
 import imageio.v2 as imageio
 import pytest
 
-from common.logger import read_metrics
+from common.run.logger import read_metrics
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
@@ -103,7 +103,7 @@ def test_play_refuses_a_checkpoint_of_the_other_game(game, other, mario_run, mon
 def test_frame_strip_is_a_grid_of_moments():
     import numpy as np
 
-    from common.play import frame_strip
+    from common.ppo.play import frame_strip
 
     # 17 NES screens, each filled with its index: 8 evenly spaced ones, halved, in 2 rows of 4, 2-px white lines.
     rgb = [(i, np.full((240, 256, 3), i, np.uint8)) for i in range(17)]

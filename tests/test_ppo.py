@@ -3,8 +3,8 @@
 import numpy as np
 import paddle
 
-from common.actor import Actor, sample_actions
-from common.ppo import PPO, log_prob_entropy
+from common.ppo.actor import Actor, sample_actions
+from common.ppo.update import PPO, log_prob_entropy
 
 
 def _np_log_softmax(z):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from common.config import parse_config
+from common.run.config import parse_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,7 +59,7 @@ def test_a_game_without_recipes_refuses_one():
 def test_stop_when_solved_ends_the_run_after_the_first_solving_eval(tmp_path):
     """A real tiny MiniGrid run whose level counts as solved at every evaluation: it stops after the first
     one instead of running its 8 updates, and saves the solving policy as the level's checkpoint."""
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
     spec = dataclasses.replace(SPEC, eval_success=lambda info: True)
@@ -89,7 +89,7 @@ def test_stop_when_solved_ends_the_run_after_the_first_solving_eval(tmp_path):
 @pytest.mark.slow
 def test_save_minutes_saves_by_the_clock(tmp_path):
     """--save-minutes: with --save-interval 0, a checkpoint after each update once the minutes have passed."""
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
     cfg = GridConfig(

@@ -1,4 +1,4 @@
-"""The pieces both training loops share (common.runtime, common.config.RunConfig): fast, no training."""
+"""The pieces both training loops share (common.run.runtime, common.run.config.RunConfig): fast, no training."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import warnings
 
 import pytest
 
-from common.config import RunConfig, TrainConfig, UnusablePathError, build_parser, field_meta
-from common.dqn_config import DQNConfig
-from common.errors import NonFiniteLossError
-from common.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.dqn.config import DQNConfig
+from common.ppo.config import TrainConfig
+from common.run.config import RunConfig, UnusablePathError, build_parser, field_meta
+from common.run.errors import NonFiniteLossError
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
 
 
 def test_nonfinite_steps_stop_at_the_limit_in_a_row_only():

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.logger import read_metrics
-from common.trainer import Trainer
+from common.ppo.trainer import Trainer
+from common.run.logger import read_metrics
 from mario.train import SPEC as MARIO
 from mario.train import MarioConfig
 from montezuma.train import SPEC as MONTEZUMA

@@ -7,9 +7,9 @@ import numpy as np
 import paddle
 import pytest
 
-from common.checkpoint import CheckpointError, load_checkpoint
-from common.config import parse_config
-from common.trainer import NonFiniteLossError, Trainer
+from common.ppo.trainer import NonFiniteLossError, Trainer
+from common.run.checkpoint import CheckpointError, load_checkpoint
+from common.run.config import parse_config
 from mario.train import SPEC as MARIO
 from mario.train import MarioConfig
 from montezuma.train import SPEC as MONTEZUMA
@@ -137,7 +137,8 @@ def test_bad_flags_are_rejected_with_the_value_and_what_is_accepted(argv, needle
 
 
 def test_config_fields_all_have_help_and_round_trip():
-    from common.config import TrainConfig, field_meta
+    from common.ppo.config import TrainConfig
+    from common.run.config import field_meta
     from gridworld.train import GridConfig
 
     base = {f.name: field_meta(TrainConfig, f.name)["help"] for f in dataclasses.fields(TrainConfig)}
@@ -158,7 +159,7 @@ def test_pipelined_collection_matches_one_batched_loop(tmp_path, monkeypatch):
     batch, with the same seed."""
     from rollouts import assert_same_rollout, montezuma_rollout
 
-    from common.vec_env import SubprocVecEnv
+    from common.envs.subproc import SubprocVecEnv
 
     groups = []
 

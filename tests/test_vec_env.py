@@ -1,4 +1,4 @@
-"""Tests of common/vec_env.py: the contract, seeding, auto-reset, and faults.
+"""Tests of common/envs/ (in-process and subprocess vec envs, the pipeline): contract, seeding, faults.
 
 The real emulators are the subject where behaviour depends on them (shapes,
 identical trajectories in-process vs subprocess and across runs, auto-reset); small
@@ -24,13 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import vec_env_helpers as H  # noqa: E402
 
-from common.vec_env import (  # noqa: E402
-    EnvWorkerError,
-    InProcessVecEnv,
-    SubprocVecEnv,
-    VecEnv,
-    make_vec_env,
-)
+from common.envs.contract import EnvWorkerError, VecEnv
+from common.envs.factory import make_vec_env
+from common.envs.inprocess import InProcessVecEnv
+from common.envs.subproc import SubprocVecEnv
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
@@ -423,7 +420,7 @@ def test_workers_do_not_reimport_the_main_module(tmp_path):
         open(os.path.join({str(tmp_path)!r}, "imported-%d" % os.getpid()), "w").close()
         sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, "tests")!r}]
         import vec_env_helpers as H
-        from common.vec_env import SubprocVecEnv
+        from common.envs.subproc import SubprocVecEnv
 
         class MainEnv(H.CountingEnv):
             pass

@@ -1,4 +1,4 @@
-"""RayVecEnv (common/vec_env_ray.py): the VecEnv contract with env workers as Ray actors, on a local Ray
+"""RayVecEnv (common/envs/ray_actors.py): the VecEnv contract with env workers as Ray actors, on a local Ray
 instance that this module starts and stops. Skipped when Ray is not installed (CI installs it)."""
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ sys.path.insert(0, TESTS)
 
 import vec_env_helpers as H  # noqa: E402
 
-from common.vec_env import EnvWorkerError, InProcessVecEnv, make_vec_env  # noqa: E402
-from common.vec_env_ray import RayVecEnv  # noqa: E402
+from common.envs.contract import EnvWorkerError  # noqa: E402
+from common.envs.factory import make_vec_env  # noqa: E402
+from common.envs.inprocess import InProcessVecEnv  # noqa: E402
+from common.envs.ray_actors import RayVecEnv  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a Ray instance and actor processes
 
@@ -128,7 +130,7 @@ def test_a_hung_actor_times_out_and_is_replaced():
 
 def test_a_training_run_on_ray_actors(tmp_path):
     """The trainer with --vec-env ray: a gridworld update on 2 actors (the Ray instance is reused)."""
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
     cfg = GridConfig(

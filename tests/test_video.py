@@ -1,4 +1,4 @@
-"""common.video.VideoRecorder: real encoding with imageio-ffmpeg, read back."""
+"""common.envs.video.VideoRecorder: real encoding with imageio-ffmpeg, read back."""
 
 import os
 
@@ -6,7 +6,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from common.video import VideoRecorder
+from common.envs.video import VideoRecorder
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 

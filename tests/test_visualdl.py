@@ -22,8 +22,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from common import logger as tags
-from common.logger import read_metrics
+from common.run import logger as tags
+from common.run.logger import read_metrics
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from visualdl_screenshots import visualdl_server  # noqa: E402  the server launcher shared with the browser test
@@ -161,7 +161,7 @@ def test_embeddings_with_metadata(server):
     for name in names:
         rows, dim = listing[name]["shape"]
         # every state of the rollout (2 envs x 16 steps); the 512 target features in their principal axes
-        # (common.logger.project_for_visualdl: 32 points span 32 dimensions)
+        # (common.run.logger.project_for_visualdl: 32 points span 32 dimensions)
         assert rows == 32 and dim == 32
         meta = server.raw("embedding/metadata", name=name).decode().splitlines()  # csv: \r\n
         assert meta[0].split("\t") == ["x_pos_bucket", "stage"]

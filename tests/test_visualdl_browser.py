@@ -21,8 +21,8 @@ import sys
 
 import pytest
 
-from common import logger as tags
-from common.logger import read_metrics
+from common.run import logger as tags
+from common.run.logger import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -109,7 +109,7 @@ def test_high_dimensional_page_projects_the_target_features(show):
     assert "Component #1" in view.text  # the default projection, PCA, ran in the page
     # What the page's own parser hands to each projection. VisualDL 2.5.3 cuts vectors above 200 dimensions
     # for PCA with an indexing slip that zeroes all rows but the first one or two, so the logger writes the
-    # 512-d features in their principal axes (common.logger.project_for_visualdl: 32 points span 32): every
+    # 512-d features in their principal axes (common.run.logger.project_for_visualdl: 32 points span 32): every
     # projection, PCA included, gets every vector intact.
     probe = view.probe
     assert probe["shape"] == [32, 32]

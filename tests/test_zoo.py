@@ -39,8 +39,8 @@ def test_the_zoo_stays_out_of_the_wheel():
 
 @pytest.mark.slow
 def test_export_writes_weights_only_and_a_measured_card(tmp_path):
-    from common.checkpoint import CheckpointError, load_checkpoint
-    from common.trainer import Trainer
+    from common.ppo.trainer import Trainer
+    from common.run.checkpoint import CheckpointError, load_checkpoint
     from gridworld.train import SPEC, GridConfig
 
     cfg = GridConfig(

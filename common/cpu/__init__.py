@@ -1,6 +1,6 @@
 """CPU speed machinery, behind a small facade.
 
-The RL code (``common/ppo.py``, ``actor.py``, ``trainer.py``, ``intrinsic/``, the game folders)
+The RL code (``common/ppo/update.py``, ``actor.py``, ``trainer.py``, ``intrinsic/``, the game folders)
 uses only the names below; how they are fast is this package's business:
 
 * ``run(layer, x)``: the runner a network's ``compute(x, run)`` is trained with

@@ -124,7 +124,7 @@ class NativeEngine:
             raise TypeError(f"{type(net).__name__} has no compute(x, run) method: the native engine cannot run it")
         if not onednn.available():
             raise RuntimeError(
-                "the native engine needs the oneDNN library of Paddle's CPU wheel (common.onednn.available() is False)"
+                "the native engine needs the oneDNN library of Paddle's CPU wheel (common.cpu.available() is False)"
             )
         self.net = net
         self._layers = [m for m in net.sublayers(include_self=True) if isinstance(m, (nn.Linear, nn.Conv2D))]

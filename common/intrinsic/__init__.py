@@ -72,7 +72,7 @@ def make_intrinsic(
 def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
     """The intrinsic module of a run: ``cfg.intrinsic`` (a ``TrainConfig``) with the game's networks
     (``spec``, a ``GameSpec``) for observations of ``obs_shape``; untrained until a state is loaded."""
-    from common.errors import UsageError
+    from common.run.errors import UsageError
 
     if cfg.intrinsic != "none" and not 1 <= cfg.intrinsic_frames <= obs_shape[0]:
         raise UsageError(

@@ -13,7 +13,7 @@ Conventions
 * ``reward`` returns the *raw* per-sample novelty (no grad). Scaling by the
   running std of the discounted intrinsic return is the trainer's job, because it
   is the same for every module.
-* ``update`` receives one PPO minibatch (see ``common.buffer.RolloutBuffer``):
+* ``update`` receives one PPO minibatch (see ``common.ppo.buffer.RolloutBuffer``):
   ``obs`` uint8[B,C,H,W] = s_t, ``next_obs`` uint8[B,C,H,W] = s_{t+1},
   ``dones`` float32[B] = 1 where the transition ended an episode (then
   ``next_obs`` is the episode's true terminal frame, the one ``reward`` scored, and
@@ -79,3 +79,29 @@ class NoIntrinsic(IntrinsicModule):
 
     def set_state_dict(self, state):
         pass
+
+
+# ------------------------------------------------------------------ target + predictor checkpoints
+def distillation_state(module, **optimizers) -> dict:
+    """The checkpoint entry of a module with a ``target`` and a ``predictor`` network (RND, the SND
+    variants, the DQN's SND-V): its name, both networks' weights, ``optimizers`` (name: state) and
+    its random stream. ``load_distillation_state`` reads the shared part back."""
+    return {
+        "name": module.name,
+        "target": module.target.state_dict(),
+        "predictor": module.predictor.state_dict(),
+        **optimizers,
+        "rng": module.rng.bit_generator.state,
+    }
+
+
+def load_distillation_state(module, state: dict) -> None:
+    """Check that ``state`` is of ``module``'s kind, then load both networks and the random stream; the
+    caller restores the rest (optimizers, normalizers)."""
+    from common.run.checkpoint import load_weights
+
+    if state.get("name") != module.name:
+        raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {module.name!r}")
+    load_weights(module.target, state["target"], "intrinsic/target")
+    load_weights(module.predictor, state["predictor"], "intrinsic/predictor")
+    module.rng.bit_generator.state = state["rng"]

@@ -14,11 +14,11 @@ import paddle
 import paddle.nn as nn
 
 from common import cpu
-from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
-from common.distributed import NO_SYNC
-from common.intrinsic.base import IntrinsicModule
-from common.normalize import RunningMeanStd
+from common.intrinsic.base import IntrinsicModule, distillation_state, load_distillation_state
+from common.intrinsic.normalize import RunningMeanStd
 from common.optim import adam
+from common.run.checkpoint import optimizer_state, set_optimizer_state
+from common.run.distributed import NO_SYNC
 
 OBS_CLIP = 5.0
 _CHUNK = 256  # samples per forward pass when scoring a whole rollout
@@ -60,7 +60,7 @@ class DistillationModule(IntrinsicModule):
         self.lr, self.max_grad_norm = lr, max_grad_norm
         self.predictor_opt = self._adam(lr, predictor.parameters())
         self.rng = np.random.default_rng(seed)
-        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.distributed)
+        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.run.distributed)
         self._norm_cache = None
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
@@ -149,25 +149,17 @@ class DistillationModule(IntrinsicModule):
     # ---- checkpointing --------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
-            "name": self.name,
-            "target": self.target.state_dict(),
-            "predictor": self.predictor.state_dict(),
-            "predictor_opt": optimizer_state(self.predictor_opt),
+            **distillation_state(self, predictor_opt=optimizer_state(self.predictor_opt)),
             "obs_rms": self.obs_rms.state_dict(),
-            "rng": self.rng.bit_generator.state,
         }
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
-        load_weights(self.target, state["target"], "intrinsic/target")
-        load_weights(self.predictor, state["predictor"], "intrinsic/predictor")
+        load_distillation_state(self, state)
         if state["predictor_opt"]:
             set_optimizer_state(self.predictor_opt, state["predictor_opt"])
         else:  # saved before the first update (e.g. the snapshot an update is rolled back to)
             self.reset_optimizers()
         self.obs_rms.set_state_dict(state["obs_rms"])
-        self.rng.bit_generator.state = state["rng"]
         self._norm_cache = None
 
 

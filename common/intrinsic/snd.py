@@ -31,10 +31,10 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
-from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
 from common.intrinsic.rnd import DistillationModule
+from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
 
 # SND-V: the magnitude regularizer only acts above this mean squared feature size
 # (authors' SNDVEncoderAtari.loss_function: relu(magnitude - 200)).

@@ -1,7 +1,7 @@
 """PPO's update rule for an actor-critic with an extrinsic and an intrinsic value head.
 
 This module owns the loss and the optimizer step only; acting (sampling actions,
-values for bootstrapping) is ``common.actor.Actor``'s. The policy network contract:
+values for bootstrapping) is ``common.ppo.actor.Actor``'s. The policy network contract:
 ``policy(x)`` with x float32[B, C, H, W] in [0, 1] returns
 ``(logits float32[B, A], v_ext float32[B], v_int float32[B])``.
 
@@ -19,8 +19,8 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
-from common.distributed import NO_SYNC
 from common.optim import adam
+from common.run.distributed import NO_SYNC
 
 
 def log_prob_entropy(logits: paddle.Tensor, actions: paddle.Tensor):
@@ -58,7 +58,7 @@ class PPO:
         self.epsilon, self.beta, self.vf_coef, self.value_loss = epsilon, beta, vf_coef, value_loss
         self.norm_adv = bool(norm_adv)
         self.lr, self.max_grad_norm = lr, max_grad_norm
-        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.distributed)
+        self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.run.distributed)
         self.reset_optimizer()
 
     def reset_optimizer(self) -> None:
@@ -101,7 +101,7 @@ class PPO:
         """One gradient step; returns a dict of floats, or None when the loss is not finite (skipped).
 
         Between backward and the optimizer step, ``grad_sync`` averages the gradients over the
-        data-parallel ranks and says whether every rank's loss was finite (``common.distributed``;
+        data-parallel ranks and says whether every rank's loss was finite (``common.run.distributed``;
         in one process it only passes the finiteness on).
         """
         total, terms = self.loss(batch)

@@ -8,9 +8,9 @@ transition, then the trainer runs one train step once the memory holds
 ``SND`` algorithm) the stored reward is ``r_ext + int_reward_scale * r_int`` with
 ``r_int`` computed when the transition is collected, and each train step first trains
 the SND target on pairs of stored observations, then distils the predictor on the Q
-batch and updates Q (``common/intrinsic/snd_dqn.py``).
+batch and updates Q (``common/dqn/snd.py``).
 
-What differs between games comes from a ``common.game.GameSpec``: ``make_policy(cfg,
+What differs between games comes from a ``common.run.game.GameSpec``: ``make_policy(cfg,
 obs_shape, num_actions)`` builds the Q network (called twice: online and target),
 ``make_intrinsic_networks(cfg, in_channels)`` the SND target and predictor,
 ``env_factory(cfg, record_path)`` one environment (``reset(seed) -> uint8 obs``,
@@ -28,7 +28,7 @@ agents overlay in one chart: ``episode/return`` (extrinsic), ``episode/length``,
 ``perf/train_steps_per_sec``, ``perf/env_steps_per_sec``, ``perf/cpu_ms_per_train_step``
 (CPU time of all threads per train step, env and evaluation included).
 
-Checkpoints (``common.checkpoint``, atomic) hold the networks, optimizers, counters,
+Checkpoints (``common.run.checkpoint``, atomic) hold the networks, optimizers, counters,
 RNG state, the config and, unless ``--no-save-replay``, the replay memory: a resumed
 run then samples the same data; without it the memory starts empty and the run waits
 for ``memory_warmup_size`` transitions before training again. The environment starts
@@ -44,26 +44,26 @@ import time
 
 import numpy as np
 
-from common.device import require_paddle, set_device, warn_ignored_cpu_flags
-from common.dqn_config import DQNConfig
-from common.errors import NonFiniteLossError, UsageError, stopped_by
-from common.game import GameSpec
-from common.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.dqn.config import DQNConfig
+from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
+from common.run.errors import NonFiniteLossError, UsageError, stopped_by
+from common.run.game import GameSpec
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
 
 paddle = require_paddle()
 
 from common import cpu  # noqa: E402
-from common.checkpoint import (  # noqa: E402
+from common.dqn.learner import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
+from common.dqn.replay import ReplayMemory  # noqa: E402
+from common.intrinsic.base import NoIntrinsic  # noqa: E402
+from common.run.checkpoint import (  # noqa: E402
     CheckpointError,
     all_finite,
     check_compatible,
     copy_state,
     load_checkpoint,
 )
-from common.dqn import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
-from common.intrinsic.base import NoIntrinsic  # noqa: E402
-from common.logger import Logger  # noqa: E402
-from common.replay import ReplayMemory  # noqa: E402
+from common.run.logger import Logger  # noqa: E402
 
 
 class _Mean:
@@ -93,7 +93,7 @@ class DQNTrainer:
 
     def __init__(self, spec: GameSpec, cfg: DQNConfig):
         cfg.validate()
-        from common.distributed import World
+        from common.run.distributed import World
 
         if World.launched_size() > 1:  # N copies would all write the same run folder
             raise UsageError(
@@ -125,7 +125,7 @@ class DQNTrainer:
             double=cfg.double_dqn,
         )
         if cfg.uses_snd:
-            from common.intrinsic.snd_dqn import SNDVArticle
+            from common.dqn.snd import SNDVArticle
 
             target, predictor = spec.make_intrinsic_networks(cfg, self.obs_shape[0])
             self.intrinsic = SNDVArticle(
@@ -337,7 +337,7 @@ class DQNTrainer:
         stacks: uint8[L + 1, C, H, W], the observations s_0 .. s_L; rewards: float32[L], the SND reward of s_1 .. s_L.
         """
         from common import pictures
-        from common.logger import EVAL_ALONG, EVAL_ALONG_DIR
+        from common.run.logger import EVAL_ALONG, EVAL_ALONG_DIR
 
         record = pictures.along_episode(rewards, pictures.episode_frames(stacks))
         title = f"{self.spec.name}, train step {self.train_count}: SND-V intrinsic reward of the eval episode"
@@ -491,8 +491,8 @@ class DQNTrainer:
 
 
 def run(spec: GameSpec, argv=None) -> dict:
-    """Entry point used by a game's DQN train.py: ``common.launch.run`` with this trainer (the same
+    """Entry point used by a game's DQN train.py: ``common.run.launch.run`` with this trainer (the same
     exit statuses as the PPO games: 1 on an error, 2 on a bad flag, 130 / 143 after SIGINT / SIGTERM)."""
-    from common.launch import run as launch
+    from common.run.launch import run as launch
 
-    return launch(spec, argv, DQNTrainer)
+    return launch(spec, DQNTrainer, argv)

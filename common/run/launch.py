@@ -13,9 +13,9 @@ import os
 import signal
 import sys
 
-from common.config import parse_config
-from common.errors import UsageError
-from common.game import GameSpec
+from common.run.config import parse_config
+from common.run.errors import UsageError
+from common.run.game import GameSpec
 
 #: exit status of a run stopped by a signal (the shell's 128 + signal number)
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -33,19 +33,17 @@ def abort_workers(trainer) -> None:
         abort()
 
 
-def run(spec: GameSpec, argv=None, trainer_cls=None) -> dict:
-    """Entry point used by each game's train.py: parse flags, print the config, train.
+def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
+    """What each game's train.py runs (through ``common.ppo.trainer.run`` or ``common.dqn.trainer.run``):
+    parse flags, print the config, train.
 
-    ``trainer_cls(spec, cfg)`` builds the trainer (default: PPO's ``common.trainer.Trainer``; the
-    DQN games pass ``common.dqn_trainer.DQNTrainer``). Exits with a message (status 1) when the
+    ``trainer_cls(spec, cfg)`` builds the trainer (PPO's ``Trainer``, the DQN games' ``DQNTrainer``);
+    this module knows neither. Exits with a message (status 1) when the
     run stops on an error, and with 130 / 143 after SIGINT / SIGTERM (the checkpoint is saved
     first), so scripts can tell.
     """
-    from common.checkpoint import CheckpointError
-    from common.errors import NonFiniteLossError, RunStoppedError
-
-    if trainer_cls is None:
-        from common.trainer import Trainer as trainer_cls
+    from common.run.checkpoint import CheckpointError
+    from common.run.errors import NonFiniteLossError, RunStoppedError
 
     cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
     print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))

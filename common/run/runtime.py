@@ -1,5 +1,5 @@
 """What every training loop needs around its learning: the run's folders, stop signals and the
-count of non-finite steps. ``common.trainer`` (PPO) and ``common.dqn_trainer`` both use these,
+count of non-finite steps. ``common.ppo.trainer`` (PPO) and ``common.dqn.trainer`` both use these,
 so a run of either behaves the same way at its edges.
 """
 
@@ -13,13 +13,13 @@ import subprocess
 import sys
 import warnings
 
-from common.config import RunConfig, UnusablePathError, check_writable, make_folder
-from common.errors import NonFiniteLossError, UsageError
+from common.run.config import RunConfig, UnusablePathError, check_writable, make_folder
+from common.run.errors import NonFiniteLossError, UsageError
 
 
 def code_commit() -> str:
     """The commit of this checkout (``git rev-parse HEAD``), or "unknown" (no git, not a checkout)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
     try:
         return subprocess.run(
             ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
@@ -80,9 +80,9 @@ class RunFolder:
             raise UnusablePathError(f"--log-path {cfg.log_path!r}: cannot write config.json: {e.strerror}") from None
 
     def save(self, name: str, state: dict) -> str:
-        """Write checkpoint ``saved_path/name`` atomically (``common.checkpoint``); an OSError names the flag
+        """Write checkpoint ``saved_path/name`` atomically (``common.run.checkpoint``); an OSError names the flag
         that chose the folder. Returns the path."""
-        from common.checkpoint import save_checkpoint
+        from common.run.checkpoint import save_checkpoint
 
         try:
             return save_checkpoint(os.path.join(self.saved_path, name), state)

@@ -36,10 +36,10 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
-from common.dqn import to_float
-from common.intrinsic.base import IntrinsicModule
+from common.dqn.learner import to_float
+from common.intrinsic.base import IntrinsicModule, distillation_state, load_distillation_state
 from common.optim import adam
+from common.run.checkpoint import optimizer_state, set_optimizer_state
 
 DISTILL_PAIRINGS = ("same", "shifted")
 _CHUNK = 256
@@ -197,20 +197,11 @@ class SNDVArticle(IntrinsicModule):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "target": self.target.state_dict(),
-            "predictor": self.predictor.state_dict(),
-            "target_opt": optimizer_state(self.target_opt),
-            "predictor_opt": optimizer_state(self.predictor_opt),
-            "rng": self.rng.bit_generator.state,
-        }
+        return distillation_state(
+            self, target_opt=optimizer_state(self.target_opt), predictor_opt=optimizer_state(self.predictor_opt)
+        )
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
-        load_weights(self.target, state["target"], "intrinsic/target")
-        load_weights(self.predictor, state["predictor"], "intrinsic/predictor")
+        load_distillation_state(self, state)
         set_optimizer_state(self.target_opt, state["target_opt"])
         set_optimizer_state(self.predictor_opt, state["predictor_opt"])
-        self.rng.bit_generator.state = state["rng"]

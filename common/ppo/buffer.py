@@ -94,6 +94,24 @@ class RolloutBuffer:
             nxt[t, i] = o
         return nxt
 
+    def next_frame(self, t: int, i: int) -> np.ndarray:
+        """s_{t+1} of env ``i``'s step ``t``, uint8[*obs_shape]: the true terminal frame where it ended an episode."""
+        return self.terminal_obs.get((t, i), self.obs[t + 1, i])
+
+    def visit_frames(self, next_obs: np.ndarray):
+        """What a first-visit gate reads of this rollout (``IntrinsicRewardScale.scale``): the first
+        frames uint8[N, ...], ``next_obs`` (``next_obs_for_reward()``), the frames each step left the
+        envs showing uint8[T, N, ...] (a new episode's first frame where one ended), the dones."""
+        return self.obs[0], next_obs, self.obs[1:], self.dones
+
+    def clip_rewards(self) -> None:
+        """The extrinsic rewards to their signs, in place (``--clip-reward``)."""
+        np.sign(self.rewards_ext, out=self.rewards_ext)
+
+    def store_intrinsic_rewards(self, rewards: np.ndarray) -> None:
+        """The rollout's scaled intrinsic rewards, float32[T, N]."""
+        self.rewards_int[:] = rewards
+
     def compute_returns_and_advantages(
         self,
         last_value_ext,

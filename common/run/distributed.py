@@ -82,7 +82,7 @@ def combine_moments(parts):
 
 
 class SilentLogger:
-    """What ranks other than 0 log to: ``common.logger.Logger``'s methods, doing nothing."""
+    """What ranks other than 0 log to: ``common.run.logger.Logger``'s methods, doing nothing."""
 
     def __init__(self):
         self.last: dict = {}
@@ -179,7 +179,7 @@ class World:
         return int(self._all_reduce(t, "agree", op=dist.ReduceOp.MAX).numpy()[0])
 
     def stop_now(self, stop) -> bool:
-        """Whether a stop signal (``common.runtime.StopSignals``) ends the current phase at once: yes in one
+        """Whether a stop signal (``common.run.runtime.StopSignals``) ends the current phase at once: yes in one
         process; data-parallel ranks stop only between updates, where they agree (``stop_agreed``): one
         rank leaving a phase early would leave the others waiting for it."""
         return stop.requested and not self.distributed
@@ -251,7 +251,7 @@ class World:
         return np.random.Generator(rng.bit_generator.jumped(self.rank))
 
     def attach(self, trainer) -> None:
-        """Make a ``common.trainer.Trainer`` one data-parallel replica: per-rank random streams, rank 0's
+        """Make a ``common.ppo.trainer.Trainer`` one data-parallel replica: per-rank random streams, rank 0's
         parameters, gradient averaging in its update steps, statistics pooled over the ranks. Nothing
         in one process."""
         if not self.distributed:
@@ -272,7 +272,7 @@ class World:
 
     def check_checkpoint(self, state: dict, path: str, allow_change: bool) -> None:
         """Refuse a checkpoint written by a run of another world size, unless ``allow_change``."""
-        from common.checkpoint import CheckpointError
+        from common.run.checkpoint import CheckpointError
 
         saved = int(state.get("world_size", 1))
         if saved != self.size and not allow_change:

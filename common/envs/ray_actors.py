@@ -2,10 +2,10 @@
 
 ``--vec-env ray`` places the env workers (each hosting several envs, stepped one after another)
 as Ray actors on a Ray cluster (``--ray-address auto|HOST:PORT``) or on a local Ray instance
-started for the run. The contract is ``common.vec_env``'s, unchanged:
+started for the run. The contract is ``common.envs.contract``'s, unchanged:
 
 * uint8 observations, auto-reset with ``final_observation`` and ``episode`` in the infos, env
-  ``i`` first reset with ``seed + i`` (the env group is ``common.vec_env``'s own ``_EnvGroup``);
+  ``i`` first reset with ``seed + i`` (the env group is ``common.envs.group.EnvGroup``, as in the other vec envs);
 * pipelining: each actor's envs in two halves (``pipeline_groups``); an actor runs the steps it
   is sent in order, so the policy picks one half's actions while the actor steps the other;
 * faults: an exception in an env reaches the caller as ``EnvWorkerError`` naming the env, with its
@@ -37,18 +37,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from common.vec_env import (
-    THREAD_ENV_VARS,
-    EnvWorkerError,
-    VecEnv,
-    _EnvFailure,
-    _EnvGroup,
-    _failure_message,
-    _split,
-    halves,
-)
+from common.envs.contract import EnvFailure, EnvWorkerError, VecEnv, failure_message
+from common.envs.group import EnvGroup
+from common.envs.workers import THREAD_ENV_VARS, halves, refuse_reset_while_stepping, split_evenly, worker_parts
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def require_ray():
@@ -80,7 +73,7 @@ def connect(address: str = "") -> bool:
 
 
 class EnvActor:
-    """The body of one Ray actor: envs ``first_index .. first_index + len(env_fns) - 1`` (an ``_EnvGroup``).
+    """The body of one Ray actor: envs ``first_index .. first_index + len(env_fns) - 1`` (an ``EnvGroup``).
 
     Every method answers a tuple, never raises for an env's fault: ``("ok", obs uint8[n, ...],
     rewards float32[n], dones bool[n], infos)`` (``None`` for the three after a reset), or
@@ -90,8 +83,8 @@ class EnvActor:
     def __init__(self, env_fns: Sequence[Callable[[], Any]], first_index: int, seed: int | None):
         self.group, self.failure = None, None
         try:
-            self.group = _EnvGroup(env_fns, first_index, seed)
-        except _EnvFailure as f:
+            self.group = EnvGroup(env_fns, first_index, seed)
+        except EnvFailure as f:
             self.failure = ("error", f.env_index, f.phase, f.tb)
         except Exception:  # noqa: BLE001 - e.g. envs of different shapes
             self.failure = ("error", first_index, "construction", traceback.format_exc())
@@ -110,7 +103,7 @@ class EnvActor:
     def reset(self):
         try:
             self.group.reset(self.obs)
-        except _EnvFailure as f:
+        except EnvFailure as f:
             return ("error", f.env_index, f.phase, f.tb)
         return ("ok", self.obs, None, None, None)
 
@@ -118,7 +111,7 @@ class EnvActor:
         """Step this actor's envs ``lo..hi-1`` (its own numbering) with one action each."""
         try:
             rewards, dones, infos = self.group.step(actions, self.obs, lo, hi)
-        except _EnvFailure as f:
+        except EnvFailure as f:
             return ("error", f.env_index, f.phase, f.tb)
         return ("ok", self.obs[lo:hi], rewards, dones, infos)
 
@@ -185,7 +178,7 @@ class RayVecEnv(VecEnv):
             self.timeout, self._start_timeout = float(timeout), float(start_timeout)
             self.max_restarts, self.restarts, self.restart_log = int(max_restarts), 0, []
             self._seed, self._fns = seed, env_fns
-            self._ranges = _split(self.num_envs, self.num_workers)
+            self._ranges = split_evenly(self.num_envs, self.num_workers)
             self._broken: str | None = None
             self._in_flight: dict[int, list[_Sent]] = {w: [] for w in range(self.num_workers)}
             self._where_info: list[str] = ["?"] * self.num_workers
@@ -259,7 +252,7 @@ class RayVecEnv(VecEnv):
             raise self._fail(EnvWorkerError(fault + self._budget_note(restartable), self._single(w), "", w))
         if msg[0] == "error":
             _, env_index, what, tb = msg
-            raise self._fail(EnvWorkerError(_failure_message(env_index, what, self._where(w), tb), env_index, tb, w))
+            raise self._fail(EnvWorkerError(failure_message(env_index, what, self._where(w), tb), env_index, tb, w))
         return msg
 
     def _replace(self, w: int, reason: str) -> None:
@@ -288,12 +281,8 @@ class RayVecEnv(VecEnv):
             raise EnvWorkerError(f"this VecEnv is unusable after an earlier fault: {self._broken}")
 
     def _parts(self, start: int, stop: int) -> list[tuple[int, int, int]]:
-        """(worker, first, stop) of each actor's share of envs ``start..stop-1``, in its own numbering."""
-        if (start, stop) != (0, self.num_envs):
-            self._group(start, stop)
-        return [
-            (w, max(start, s) - s, min(stop, e) - s) for w, (s, e) in enumerate(self._ranges) if s < stop and start < e
-        ]
+        """Each actor's share of envs ``start..stop-1`` (``worker_parts``), in its own numbering."""
+        return worker_parts(self._ranges, *self._range(start, stop))
 
     # ---------------------------------------------------------------- contract
     @property
@@ -303,9 +292,7 @@ class RayVecEnv(VecEnv):
 
     def reset(self) -> np.ndarray:
         self._guard()
-        if any(self._in_flight.values()):
-            busy = sorted(w for w, q in self._in_flight.items() if q)
-            raise RuntimeError(f"reset while envs of workers {busy} are stepping; step_wait first")
+        refuse_reset_while_stepping(self._in_flight)
         refs = [actor.reset.remote() for actor in self._actors]
         deadline = time.monotonic() + self.timeout
         obs = np.empty((self.num_envs, *self.observation_shape), np.uint8)

@@ -7,7 +7,7 @@
         ...                                    # log it; a "level solved" checkpoint is the snapshot
     evals.close(cancel=True)
 
-Each episode is the tutorial's greedy rule (``common.play.greedy_episode``: argmax of the
+Each episode is the tutorial's greedy rule (``common.ppo.play.greedy_episode``: argmax of the
 policy, stopped after ``max_actions`` repeats of one action). With ``eval_in_background``
 it plays in a separate process (``BackgroundEvaluator``) while the next update runs, at
 most one at a time (a new ``start`` first waits for the previous result, so every
@@ -49,7 +49,7 @@ import traceback
 
 import numpy as np
 
-from common.vec_env import _describe_exitcode, _worker_launch
+from common.envs.workers import describe_exitcode, worker_launch
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
 
@@ -70,7 +70,7 @@ def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool,
     picture, else only the few of ``eval/frames``. Returns ``(result, env)``: ``result`` holds
     ``stacks`` (the observations), ``return``, ``length``, ``info``, ``strip``, ``screens``, ``video``.
     """
-    from common.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
+    from common.ppo.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
     policy.set_state_dict(weights)
     if record_path:
@@ -114,7 +114,7 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         pass
     env = None
     try:
-        from common.device import require_paddle, set_device
+        from common.run.device import require_paddle, set_device
 
         require_paddle()
         # Paddle's import installs C handlers that print "FatalError: Termination signal" on SIGTERM
@@ -168,7 +168,7 @@ class BackgroundEvaluator:
         self._proc = ctx.Process(
             target=_eval_main, args=(child, module, attr, cfg_dict), daemon=True, name=f"eval-{module}"
         )
-        with _worker_launch(hide_main=True):
+        with worker_launch(hide_main=True):
             self._proc.start()
         child.close()
         self.busy = False
@@ -234,7 +234,7 @@ class BackgroundEvaluator:
         self._proc.join(timeout=1)
         self.busy = False
         raise EvalProcessLost(
-            f"the evaluation process (pid {self._proc.pid}) died: {_describe_exitcode(self._proc.exitcode)}"
+            f"the evaluation process (pid {self._proc.pid}) died: {describe_exitcode(self._proc.exitcode)}"
         )
 
     def close(self, cancel: bool = False, timeout: float = 10.0) -> None:

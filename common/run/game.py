@@ -22,7 +22,7 @@ class GameSpec:
     env_factory: Callable
     #: cfg -> (observation shape, number of actions), without building an env
     spaces: Callable
-    #: (cfg, obs_shape, num_actions) -> policy nn.Layer (contract in common/ppo.py)
+    #: (cfg, obs_shape, num_actions) -> policy nn.Layer (contract in common/ppo/update.py)
     make_policy: Callable
     #: (cfg, in_channels) -> (target, predictor) nn.Layers for RND/SND
     make_intrinsic_networks: Callable

@@ -16,7 +16,7 @@ class RunningMeanStd:
 
     ``update(x)`` takes ``x`` of shape ``[B, *shape]`` (any numeric dtype); the
     statistics are kept in float64 so that long runs do not drift. ``sync``, when set
-    (``common.distributed.World.pooled_moments``), turns a batch's moments into those of every
+    (``common.run.distributed.World.pooled_moments``), turns a batch's moments into those of every
     data-parallel rank's batch together, so that every rank keeps the same statistics.
     """
 

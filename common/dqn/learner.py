@@ -3,7 +3,7 @@
 The learner (``DoubleDQN``) is the update rule only, as PARL separates an
 ``Algorithm`` from its ``Agent``: it gets batches (numpy, uint8 observations) and
 knows nothing of environments, replay memories or exploration; the loop that feeds
-it lives in ``common/dqn_trainer.py``. It follows the SND article's system, SRL
+it lives in ``common/dqn/trainer.py``. It follows the SND article's system, SRL
 v0.16.1's DQN (pocokhc/simple_distributed_rl, ``srl/algorithms/dqn``):
 
 * TD target ``y = r + (1 - terminal) * discount * Q_target(s', argmax_a Q_online(s', a))``
@@ -36,9 +36,9 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from common import cpu
-from common.checkpoint import load_weights, optimizer_state, set_optimizer_state
 from common.nets import Net
 from common.optim import adam
+from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
 
 #: (out_channels, kernel, stride) of the DQN image block
 DQN_BLOCK = ((32, 8, 4), (64, 4, 2), (64, 3, 1))

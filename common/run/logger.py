@@ -322,7 +322,7 @@ class RunLog:
         """The game's picture of where the agent has been (``spec.rollout_picture``), from this update's
         rollout (``buf``: the ``RolloutBuffer``, ``raw_int`` float[T, N], ``records`` [T][N] of
         ``spec.step_record``) and the run's visited places: ``explore/<picture_name>``."""
-        from common.game import Rollout
+        from common.run.game import Rollout
 
         rollout = Rollout(
             update=update,
@@ -352,7 +352,7 @@ class RunLog:
             return
         pick = rng.choice(len(keys), size=min(256, len(keys)), replace=False)
         # s_{t+1} of step t; the true terminal frame where the episode ended (the info's state)
-        obs = np.stack([buf.terminal_obs.get(keys[k], buf.obs[keys[k][0] + 1, keys[k][1]]) for k in pick])
+        obs = np.stack([buf.next_frame(*keys[k]) for k in pick])
         self.lg.embeddings(
             f"{EMBEDDING}/update_{update:06d}",
             features(obs),

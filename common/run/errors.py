@@ -1,4 +1,4 @@
-"""Why a training run stopped early: the errors every trainer (PPO, DQN) raises and ``common.launch`` reports."""
+"""Why a training run stopped early: the errors every trainer (PPO, DQN) raises and ``common.run.launch`` reports."""
 
 from __future__ import annotations
 

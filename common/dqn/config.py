@@ -1,10 +1,10 @@
-"""Double DQN (+ SND-V) settings: the SND article's runner, every field a CLI flag (``common.config``)."""
+"""Double DQN (+ SND-V) settings: the SND article's runner, every field a CLI flag (``common.run.config``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.config import RunConfig, arg, default, need
+from common.run.config import RunConfig, arg, default, need
 
 AGENTS = ("dqn", "dqn-e0", "snd")
 #: the article's epsilon per agent: DQN 0.1, DQN_e0 and SND 0

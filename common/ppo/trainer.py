@@ -13,7 +13,7 @@ finish the current step, save a checkpoint and close the workers; a second Ctrl-
 aborts at once.
 
 Started by ``paddle.distributed.launch``, each rank runs this loop as one data-parallel
-replica (``common.distributed``: gradients averaged, reward statistics pooled, the same
+replica (``common.run.distributed``: gradients averaged, reward statistics pooled, the same
 decisions on every rank, signals honoured between updates); rank 0 alone logs, evaluates and
 writes files, and ``--num-global-steps`` counts the steps of every rank.
 """
@@ -26,20 +26,26 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from common.config import TrainConfig
-from common.device import require_paddle, set_device, warn_ignored_cpu_flags
-from common.distributed import SilentLogger, World
-from common.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
-from common.game import GameSpec
-from common.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.ppo.config import TrainConfig
+from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
+from common.run.distributed import SilentLogger, World
+from common.run.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
+from common.run.game import GameSpec
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
 
 paddle = require_paddle()
 
 from common import cpu  # noqa: E402
-from common import logger as tags  # noqa: E402
-from common.actor import Actor  # noqa: E402
-from common.buffer import RolloutBuffer  # noqa: E402
-from common.checkpoint import (  # noqa: E402
+from common.envs.factory import vec_env_for_run  # noqa: E402
+from common.envs.pipeline import Pipeline  # noqa: E402
+from common.intrinsic import intrinsic_for_run  # noqa: E402
+from common.intrinsic.normalize import IntrinsicRewardScale  # noqa: E402
+from common.ppo.actor import Actor  # noqa: E402
+from common.ppo.buffer import RolloutBuffer  # noqa: E402
+from common.ppo.evaluation import Evaluations  # noqa: E402
+from common.ppo.update import PPO  # noqa: E402
+from common.run import logger as tags  # noqa: E402
+from common.run.checkpoint import (  # noqa: E402
     CheckpointError,
     all_finite,
     check_compatible,
@@ -49,12 +55,7 @@ from common.checkpoint import (  # noqa: E402
     optimizer_state,
     set_optimizer_state,
 )
-from common.evaluation import Evaluations  # noqa: E402
-from common.intrinsic import intrinsic_for_run  # noqa: E402
-from common.logger import Logger, RolloutNotes, RunLog  # noqa: E402
-from common.normalize import IntrinsicRewardScale  # noqa: E402
-from common.ppo import PPO  # noqa: E402
-from common.vec_env import Pipeline, vec_env_for_run  # noqa: E402
+from common.run.logger import Logger, RolloutNotes, RunLog  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
@@ -136,7 +137,7 @@ class Trainer:
             # the right one after --allow-world-size-change (the counters are the old run's)
             left = max(0, cfg.num_global_steps - self.global_step) // self.steps_per_update
             self.num_updates = self.update + left
-        self.world.attach(self)  # a data-parallel replica (common.distributed); nothing in one process
+        self.world.attach(self)  # a data-parallel replica (common.run.distributed); nothing in one process
         if self.world.is_main:
             self.folder.create(cfg)
             self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
@@ -260,7 +261,7 @@ class Trainer:
                 steps.drain()
                 return None
         if cfg.clip_reward:
-            np.sign(buf.rewards_ext, out=buf.rewards_ext)
+            buf.clip_rewards()
         return obs, episodes
 
     def intrinsic_rewards(self) -> np.ndarray:
@@ -269,7 +270,7 @@ class Trainer:
         T, N = buf.num_steps, buf.num_envs
         nxt = buf.next_obs_for_reward()
         raw = self.intrinsic.reward(nxt.reshape(T * N, *self.obs_shape)).reshape(T, N)
-        buf.rewards_int[:] = self.int_scale.scale(raw, buf.obs[0], nxt, buf.obs[1:], buf.dones)
+        buf.store_intrinsic_rewards(self.int_scale.scale(raw, *buf.visit_frames(nxt)))
         self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
         return raw
 
@@ -476,3 +477,11 @@ class Trainer:
         self.actor.close()
         if hasattr(self, "logger"):
             self.logger.close()
+
+
+def run(spec: GameSpec, argv=None) -> dict:
+    """Entry point used by a PPO game's train.py: ``common.run.launch.run`` with this trainer (exit
+    status 1 on an error, 2 on a bad flag, 130 / 143 after SIGINT / SIGTERM, the checkpoint saved first)."""
+    from common.run.launch import run as launch
+
+    return launch(spec, Trainer, argv)

@@ -21,7 +21,7 @@ class GameEnv:
         self.record_path = record_path
         self._recorder = None
         if record_path:
-            from common.video import VideoRecorder
+            from common.envs.video import VideoRecorder
 
             self._recorder = VideoRecorder(record_path, fps=fps)
         self._needs_reset = True

@@ -138,8 +138,8 @@ def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
     """A play script's usage errors (exit 2, naming the flag and value): the ``positive`` flags given
     and <= 0, ``--seed`` outside the range every generator takes, a ``paths`` flag whose folder cannot
     be written (a missing one is made)."""
-    from common.config import MAX_SEED, check_writable
-    from common.errors import UsageError
+    from common.run.config import MAX_SEED, check_writable
+    from common.run.errors import UsageError
 
     for name in positive:
         v = getattr(args, name)
@@ -159,8 +159,8 @@ def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
 def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
     """``(state, cfg, policy)`` of a checkpoint of ``spec``'s game, the policy network built on ``device``
     with the checkpoint's weights; any fault of the file exits with ``error: ...`` naming it."""
-    from common.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
-    from common.device import set_device
+    from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
+    from common.run.device import set_device
 
     set_device(device)  # before any tensor: the checkpoint's are made on this device
     try:

@@ -13,7 +13,7 @@ are shared (AI Studio datasets, the tutorial's ``.pdparams``), so ``load_checkpo
 never calls ``paddle.load``: it reads the same pickle with an unpickler that only
 rebuilds plain containers and numpy arrays of plain dtypes, refuses anything else
 before it is called, and bounds the time and memory a small file can cost
-(``common.safe_pickle``); it checks what the file is and that it has the required
+(``common.run.safe_pickle``); it checks what the file is and that it has the required
 keys before walking it, then turns Paddle's ``(name, ndarray)`` tensor records into
 tensors exactly as ``paddle.load`` does. The files themselves are unchanged: plain
 ``paddle.load`` still reads them (for files one trusts), and the tutorial's file names
@@ -29,8 +29,8 @@ import tempfile
 import numpy as np
 import paddle
 
-from common.config import process_umask
-from common.safe_pickle import UnsafeFileError, resolve, unpickle
+from common.run.config import process_umask
+from common.run.safe_pickle import UnsafeFileError, resolve, unpickle
 
 FORMAT_VERSION = 1
 
@@ -45,7 +45,7 @@ REQUIRED_KEYS = ("format", "game", "config")
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """The file asks for something a checkpoint never holds (``common.safe_pickle``): refused, nothing was run."""
+    """The file asks for something a checkpoint never holds (``common.run.safe_pickle``): refused, nothing was run."""
 
 
 def _leaves(state, prefix: str = ""):

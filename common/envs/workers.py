@@ -1,0 +1,185 @@
+"""How envs are spread over worker processes and how those processes start, run and end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import pickletools
+import signal
+import sys
+import threading
+import traceback
+import types
+
+import numpy as np
+
+from common.envs.contract import EnvFailure
+from common.envs.group import EnvGroup
+
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+
+def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of n items over `parts` groups, sizes differing by at most one."""
+    base, extra = divmod(n, parts)
+    ranges, start = [], 0
+    for k in range(parts):
+        size = base + (1 if k < extra else 0)
+        ranges.append((start, start + size))
+        start += size
+    return ranges
+
+
+def halves(ranges) -> list[tuple[int, int]]:
+    """Each worker's env range ``(start, stop)`` split in two halves (whole when it holds one env), in
+    order: the pipeline groups of the multi-worker vec envs (subprocess and Ray)."""
+    groups = []
+    for s, e in ranges:
+        mid = s + (e - s + 1) // 2
+        groups += [(s, mid), (mid, e)] if e - s > 1 else [(s, e)]
+    return groups
+
+
+def worker_parts(ranges, start: int, stop: int) -> list[tuple[int, int, int]]:
+    """(worker, first, stop) of each worker's share of envs ``start..stop-1``, in the worker's own
+    numbering; ``ranges``: each worker's ``(start, stop)`` env range."""
+    return [(w, max(start, s) - s, min(stop, e) - s) for w, (s, e) in enumerate(ranges) if s < stop and start < e]
+
+
+def refuse_reset_while_stepping(in_flight: dict) -> None:
+    """A RuntimeError when any worker (``{worker: its steps in flight}``) still has a step to answer."""
+    if any(in_flight.values()):
+        busy = sorted(w for w, q in in_flight.items() if q)
+        raise RuntimeError(f"reset while envs of workers {busy} are stepping; step_wait first")
+
+
+def describe_exitcode(code: int | None) -> str:
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exit code {code}"
+
+
+def pickle_refers_to_main(payload: bytes) -> bool:
+    for op, arg, _ in pickletools.genops(payload):
+        if op.name == "GLOBAL" and isinstance(arg, str) and arg.split(" ")[0] == "__main__":
+            return True
+        if isinstance(arg, str) and arg == "__main__":
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def worker_launch(hide_main: bool):
+    """While starting workers: single-threaded BLAS/OpenMP in their environment,
+    SIGINT ignored (inherited through exec, and kept by Python at start-up), and, if
+    allowed, no ``__main__`` for multiprocessing to re-import in them."""
+    saved_env = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
+    os.environ.update({k: "1" for k in THREAD_ENV_VARS})
+    saved_main = sys.modules.get("__main__")
+    if hide_main and saved_main is not None:
+        sys.modules["__main__"] = types.ModuleType("__main__")
+    saved_sigint = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not None:  # None: installed from C, cannot be restored from Python
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            saved_sigint = previous
+    try:
+        yield
+    finally:
+        if saved_sigint is not None:
+            signal.signal(signal.SIGINT, saved_sigint)
+        if hide_main and saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def worker_main(
+    conn, worker_index: int, first_index: int, payload: bytes, seed: int | None, inherited_parent_end=None
+) -> None:
+    """Entry point of a worker process hosting envs first_index .. first_index+len-1."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+    for k in THREAD_ENV_VARS:
+        os.environ[k] = "1"
+    if inherited_parent_end is not None:  # 'fork': drop the parent's end of our pipe
+        inherited_parent_end.close()
+    group = None
+    shm = None
+    obs_buf = None
+
+    def send_error(env_index, phase, tb):
+        conn.send(("error", env_index, phase, tb))
+
+    try:
+        try:
+            env_fns = pickle.loads(payload)
+            group = EnvGroup(env_fns, first_index, seed)
+        except EnvFailure as f:
+            send_error(f.env_index, f.phase, f.tb)
+            return
+        except Exception:
+            send_error(first_index, "construction", traceback.format_exc())
+            return
+        conn.send(("ready", group.observation_shape, group.num_actions))
+        local = np.zeros((len(group), *group.observation_shape), dtype=np.uint8)
+        obs_buf = local
+        while True:
+            cmd, arg = conn.recv()
+            try:
+                if cmd == "step":  # arg: (first, stop, actions) of this worker's envs
+                    lo, hi, actions = arg
+                    rewards, dones, infos = group.step(actions, obs_buf, lo, hi)
+                    conn.send(("ok", None if shm is not None else obs_buf[lo:hi], rewards, dones, infos))
+                elif cmd == "reset":
+                    group.reset(obs_buf)
+                    conn.send(("ok", None if shm is not None else obs_buf, None, None, None))
+                elif cmd == "shm":
+                    from multiprocessing import shared_memory
+
+                    name, offset = arg
+                    shm = shared_memory.SharedMemory(name=name)
+                    obs_buf = np.ndarray(local.shape, dtype=np.uint8, buffer=shm.buf, offset=offset)
+                    conn.send(("ok", None, None, None, None))
+                elif cmd == "close":
+                    break
+                else:
+                    raise ValueError(f"unknown command {cmd!r}")
+            except EnvFailure as f:
+                send_error(f.env_index, f.phase, f.tb)
+            except Exception:
+                send_error(None, f"command {cmd!r} in worker {worker_index}", traceback.format_exc())
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the parent went away (or closed our pipe): just leave
+    finally:
+        if group is not None:
+            group.close()
+        obs_buf = None
+        if shm is not None:
+            try:
+                shm.close()
+            except Exception:
+                pass
+        try:
+            conn.close()
+        except Exception:
+            pass

@@ -1,0 +1,270 @@
+"""Run configuration: one dataclass per game, every field a CLI flag.
+
+Fields are named after the tutorial's variables (``num_local_steps`` ->
+``--num-local-steps``) so a reader of the tutorial finds them. The help text of a
+flag is the field's ``help`` metadata; ``choices`` restrict a value. Nothing is read
+at import time: ``parse_config(cls, argv)`` builds the config, ``validate`` checks
+it, ``to_json`` records it next to the run's logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import textwrap
+import typing
+from dataclasses import dataclass, field
+
+from common.run.errors import UsageError
+
+
+class UnusablePathError(UsageError):
+    """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
+
+
+def process_umask() -> int:
+    """The process umask, read without setting it (``os.umask`` can only swap it, a race with threads
+    that create files meanwhile): Linux's /proc, else the value seen when this module was imported."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return _UMASK_AT_IMPORT
+
+
+_UMASK_AT_IMPORT = os.umask(0o022)
+os.umask(_UMASK_AT_IMPORT)
+
+
+def check_writable(folder: str, flag: str) -> None:
+    """Raise UnusablePathError unless ``folder`` exists as a writable folder or can be made one."""
+    probe = os.path.abspath(folder)
+    while not os.path.exists(probe):  # the deepest existing parent decides
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UnusablePathError(f"{flag} {folder!r} is unusable: {probe} is not writable")
+
+
+def make_folder(folder: str, flag: str, value: str) -> None:
+    """``os.makedirs(folder)``, or UnusablePathError naming the flag (and its value) that chose it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UnusablePathError(f"{flag} {value!r} is unusable: cannot create {folder}: {e.strerror}") from None
+
+
+#: the largest --seed: every generator a run seeds (Paddle, numpy, the emulators, MiniGrid) takes it
+MAX_SEED = 2**31 - 1
+PLAIN_NAME = "a plain folder name (no '/', not '.' or '..', at most 255 bytes)"
+
+
+def plain_name(name: str) -> bool:
+    """Whether ``name`` names a folder inside its parent and nothing else (empty: the default name)."""
+    if name == "":
+        return True
+    seps = [os.sep] + ([os.altsep] if os.altsep else [])
+    return (
+        name not in (".", "..")
+        and not any(sep in name for sep in seps)
+        and "\0" not in name
+        and len(os.fsencode(name)) <= 255
+    )
+
+
+def arg(default, help: str, choices=None, aliases=(), **kw):
+    """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "aliases": tuple(aliases), **kw})
+
+
+def default(value, note: str = ""):
+    """A game config's own default for a field that ``TrainConfig`` declares.
+
+    Help, choices and aliases are inherited (one text per flag, so they cannot drift);
+    ``note`` is appended to the help, e.g. where the default comes from.
+    """
+    return field(default=value, metadata={"note": note})
+
+
+def field_meta(cls, name: str) -> dict:
+    """The CLI metadata of field ``name`` of config class ``cls``: help, choices and aliases from the
+    class that declared the field with ``arg``, a subclass's ``default(note=...)`` appended to the help."""
+    meta, notes = {}, []
+    for klass in reversed(cls.__mro__):
+        f = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if f is None or f.name not in vars(klass).get("__annotations__", {}):
+            continue
+        if "help" in f.metadata:
+            meta, notes = dict(f.metadata), []
+        if f.metadata.get("note"):
+            notes.append(f.metadata["note"])
+    if notes:
+        meta["help"] = " ".join([meta.get("help", ""), *(f"({n})" for n in notes)]).strip()
+    return meta
+
+
+def need(ok: bool, flag: str, value, accepted: str) -> None:
+    if not ok:
+        raise ValueError(f"--{flag} {value!r} is invalid: expected {accepted}")
+
+
+def flag_name(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named set of defaults for a game's flags (``--recipe NAME``): ``values`` maps field names to
+    values; flags typed on the command line still win. ``why`` says what the recipe is for and where
+    its choices come from; ``--help`` prints both, generated from this one object."""
+
+    why: str
+    values: dict
+
+    def describe(self) -> str:
+        """The recipe as the flags it stands for: ``--world 1 --stage 1 ... --stop-when-solved``."""
+        return " ".join(
+            (f"--{flag_name(k)}" if v else f"--no-{flag_name(k)}") if isinstance(v, bool) else f"--{flag_name(k)} {v}"
+            for k, v in self.values.items()
+        )
+
+
+@dataclass
+class RunConfig:
+    """What every training loop needs: seed, device, the run's folders, a checkpoint to resume.
+
+    ``TrainConfig`` (PPO) and ``common.dqn.config.DQNConfig`` subclass it; their game configs
+    subclass those and change defaults only (``default``). ``validate`` checks the fields named
+    in ``POSITIVE`` and ``NON_NEGATIVE``, that every float is finite and every value with
+    choices is one of them; a subclass adds its own checks after ``super().validate()``.
+    """
+
+    seed: int = arg(
+        0, "random seed (network init, environments, sampling); with the same seed a CPU run repeats exactly"
+    )
+    device: str = arg("cpu", "where networks run: cpu, or gpu (needs paddlepaddle-gpu)", choices=("cpu", "gpu"))
+    log_path: str = arg(
+        "runs",
+        "parent folder of run folders; each run writes config.json, VisualDL logs, metrics.jsonl, "
+        "videos and checkpoints into log_path/run_name",
+    )
+    run_name: str = arg("", "name of this run's folder (default: game, settings, seed and time)")
+    saved_path: str = arg("", "where checkpoints go (default: <run folder>/models)")
+    resume: str = arg(
+        "",
+        "checkpoint (.pdparams) to continue from: networks, optimizers, normalizers, counters and random "
+        "state; the run continues its counters",
+    )
+
+    POSITIVE = ()  # names of the fields that must be > 0 (class attributes, not fields)
+    NON_NEGATIVE = ()  # ... >= 0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag and what is accepted."""
+        need(
+            type(self.seed) is int and 0 <= self.seed <= MAX_SEED, "seed", self.seed, f"an integer from 0 to {MAX_SEED}"
+        )
+        need(plain_name(self.run_name), "run-name", self.run_name, PLAIN_NAME)
+        for f in dataclasses.fields(self):  # inf passes every range check (and NaN fails them all)
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                need(math.isfinite(v), flag_name(f.name), v, "a finite number")
+        for name in self.POSITIVE:
+            need(getattr(self, name) > 0, flag_name(name), getattr(self, name), "a positive integer")
+        for name in self.NON_NEGATIVE:
+            need(getattr(self, name) >= 0, flag_name(name), getattr(self, name), "an integer >= 0")
+        for f in dataclasses.fields(self):
+            choices = field_meta(type(self), f.name).get("choices")
+            if choices:
+                v = getattr(self, f.name)
+                need(v in choices, flag_name(f.name), v, f"one of {', '.join(map(str, choices))}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each flag; the description and the recipes' epilog keep their line breaks."""
+
+
+def _field_type(cls, f):
+    hints = typing.get_type_hints(cls)
+    return hints[f.name]
+
+
+def build_parser(cls, description: str = "") -> argparse.ArgumentParser:
+    """argparse parser with one ``--kebab-case`` flag per field of ``cls``."""
+    recipes = getattr(cls, "RECIPES", {})
+    epilog = "recipes (--recipe NAME):\n" + "\n".join(
+        textwrap.fill(f"{name}: {r.why}", 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+        + "\n"
+        + textwrap.fill(
+            f"sets {r.describe()}", 100, initial_indent="    ", subsequent_indent="      ", break_on_hyphens=False
+        )
+        for name, r in recipes.items()
+    )
+    parser = argparse.ArgumentParser(
+        description=description or cls.__doc__,
+        formatter_class=_HelpFormatter,
+        epilog=epilog if recipes else None,
+    )
+    for f in dataclasses.fields(cls):
+        meta = field_meta(cls, f.name)
+        flags = ["--" + f.name.replace("_", "-"), *meta.get("aliases", ())]
+        typ = _field_type(cls, f)
+        help_text = meta.get("help", "")
+        if meta.get("aliases"):
+            help_text += f" (alias: {', '.join(meta['aliases'])})"
+        kw = dict(default=f.default, help=help_text, dest=f.name)
+        if f.name == "recipe" and recipes:
+            kw["choices"] = tuple(recipes)
+        if typ is bool:
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kw)
+        else:
+            if meta.get("choices"):
+                kw["choices"] = meta["choices"]
+            parser.add_argument(*flags, type=typ, **kw)
+    return parser
+
+
+def parse_config(cls, argv=None, description: str = ""):
+    """Parse ``argv`` into a validated ``cls`` instance; bad values exit with a clear message
+    that names the flag as the user typed it (an alias included)."""
+    parser = build_parser(cls, description)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a recipe's values become the defaults, so the flags typed still win (an unknown name: refused below)
+    recipe = getattr(parser.parse_known_args(argv)[0], "recipe", "")
+    if recipe in getattr(cls, "RECIPES", {}):
+        parser.set_defaults(**cls.RECIPES[recipe].values)
+    ns = parser.parse_args(argv)
+    cfg = cls(**vars(ns))
+    try:
+        cfg.validate()
+    except ValueError as e:
+        msg = str(e)
+        for f in dataclasses.fields(cls):
+            primary = "--" + f.name.replace("_", "-")
+            for alias in field_meta(cls, f.name).get("aliases", ()):
+                typed = any(a == alias or a.startswith(alias + "=") for a in argv)
+                if typed and msg.startswith(primary + " "):
+                    msg = alias + msg[len(primary) :]
+        parser.error(msg)
+    return cfg

@@ -1,0 +1,109 @@
+"""The shape of ``common/``: packages a newcomer can navigate (README, "Layout").
+
+Read from the source alone (no imports run): every ``import`` in ``common/``, lazy ones inside
+functions included, forms a graph of modules that must have no cycle; no module imports an
+underscore name from another package; ``common/`` itself holds at most six modules, and no
+module in it is over 500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMON = os.path.join(ROOT, "common")
+
+
+def _modules() -> dict[str, str]:
+    """{dotted module name: path} of every module under common/."""
+    found = {}
+    for folder, _, files in os.walk(COMMON):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: str, modules) -> list[tuple[str, str]]:
+    """(imported module, imported name or "") for each common import in a file, lazy ones included."""
+    out = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.startswith("common")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("common"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.append((sub, "") if sub in modules else (node.module, a.name))
+    return out
+
+
+def _package(module: str) -> str:
+    """``common.ppo`` for ``common.ppo`` and ``common.ppo.trainer``; ``common`` for ``common.nets``."""
+    top = ".".join(module.split(".")[:2])
+    return top if os.path.isdir(os.path.join(ROOT, *top.split("."))) else "common"
+
+
+def _parents(module: str) -> list[str]:
+    """``common.a.b.c`` -> ``[common.a, common.a.b]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def test_common_has_no_import_cycle():
+    modules = _modules()
+    graph = {m: {dep for dep, _ in _imports(p, modules) if dep in modules and dep != m} for m, p in modules.items()}
+    # importing common.x.y runs common/x/__init__.py first: the package counts as imported too
+    for m in graph:
+        graph[m] |= {
+            p for dep in list(graph[m]) for p in _parents(dep) if p in modules and p != m and not m.startswith(p + ".")
+        }
+    state, cycles = {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for dep in sorted(graph[m]):
+            if state.get(dep) == "open":
+                cycles.append(path[path.index(dep) :] + [dep] if dep in path else path + [dep])
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import cycles in common/: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_underscore_name_crosses_a_package():
+    modules = _modules()
+    bad = []
+    for m, path in modules.items():
+        for dep, name in _imports(path, modules):
+            if name.startswith("_") and _package(dep) != _package(m):
+                bad.append(f"{m} imports {dep}.{name}")
+    assert not bad, bad
+
+
+def test_common_is_small_packages_of_short_modules():
+    top = [f for f in os.listdir(COMMON) if f.endswith(".py")]
+    assert len(top) <= 6, f"{len(top)} modules directly in common/: {sorted(top)}"
+    long = {}
+    for path in _modules().values():
+        with open(path, encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > 500:
+            long[os.path.relpath(path, ROOT)] = n
+    assert not long, f"modules over 500 lines: {long}"
+
+
+def test_the_wheel_lists_every_package():
+    """setup.py names its packages one by one: a new package under common/ must be added there."""
+    import re
+
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        listed = set(re.findall(r'"(common(?:\.\w+)*)"', f.read()))
+    packages = {m for m, p in _modules().items() if p.endswith("__init__.py")}
+    assert packages <= listed, f"packages missing from setup.py: {sorted(packages - listed)}"
