@@ -4,6 +4,7 @@
     python benchmarks/mario_flag.py --runs 1-1:rnd:0     # one run
     python benchmarks/mario_flag.py --report-only        # rebuild the report from the committed summaries
     python benchmarks/mario_flag.py --status             # where each run stands
+    python benchmarks/mario_flag.py --pack-state         # the unfinished runs' resume state, to commit
 
 Every run is ``mario/train.py --recipe cpu-1-1 --intrinsic <method> --seed <k>`` (``--world 4
 --stage 4`` for 4-4), logging into ``<out>/<run name>``; the recipe stops a run at its first
@@ -12,7 +13,10 @@ greedy flag (``--stop-when-solved``) or after 4M agent steps. Runs go one after 
 away) continues from its newest numbered checkpoint, its ``metrics.jsonl`` cut back to that
 checkpoint first; only the newest two checkpoints are kept. Each start and end of a run's
 process is appended to ``<out>/<run name>.segments.jsonl`` (time, commit, steps), so a summary
-can say what ran when.
+can say what ran when. A run longer than one machine's life continues on the next: ``--pack-state``
+copies its newest checkpoint (if at most 12 MB: plain PPO's; RND's 41 MB stay behind), config,
+metrics and segments into ``benchmarks/lane_state/mario_flag/`` to be committed, and a later
+invocation that finds no folder for the run restores them and resumes from that checkpoint.
 
 A run's summary ``<results>/<run name>.json`` (curves, first flag, hours, segments) is rewritten
 at every new checkpoint while it runs (``"status": "running"``) and once more when it ends
@@ -61,6 +65,10 @@ COLORS = {"rnd": "C3", "none": "C0"}
 KEEP_CHECKPOINTS = 2
 CURVE_BIN = 50_000  # agent steps per point of the training-episode curves
 RESULTS = os.path.join(ROOT, "docs", "results", "mario_flag")
+#: unfinished runs' resume state, committed so that a run outlives the machine it ran on (``--pack-state``)
+LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_flag")
+PACK_MAX_MB = 12.0  # a plain PPO checkpoint (policy + Adam) is ~7.5 MB; an RND one (~41 MB) stays on its machine
+PACKED_FILES = ("config.json", "metrics.jsonl")
 DOCS = os.path.join(ROOT, "docs")
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
 #: tags logged against the update number (the tutorial's), not the agent step
@@ -212,13 +220,65 @@ class _Running:
         return run_name(self.level, self.method, self.seed)
 
 
-def run_all(plan, out, results, lanes_at_once=1, extra=()):
-    """Run the plan's unfinished runs, ``lanes_at_once`` at a time; returns the names that failed."""
+def pack_state(out, results, state=LANE_STATE, max_mb=PACK_MAX_MB) -> list:
+    """Copy each unfinished run's resume state (newest checkpoint, config, metrics, segments) from ``out``
+    into ``state`` (replacing what was packed before), for runs whose checkpoint is at most ``max_mb``;
+    finished runs' packed state is removed. Returns the names packed."""
+    packed = []
+    for level, method, seed in PLAN:
+        name = run_name(level, method, seed)
+        run_dir, dest = os.path.join(out, name), os.path.join(state, name)
+        ckpt, _ = lanes.newest_checkpoint(run_dir, checkpoint_prefix(level))
+        if finished(results, level, method, seed):
+            shutil.rmtree(dest, ignore_errors=True)
+            continue
+        if ckpt is None:
+            continue
+        mb = os.path.getsize(ckpt) / 2**20
+        if mb > max_mb:
+            print(f"{name}: checkpoint of {mb:.1f} MB > {max_mb} MB, not packed (it resumes only on this machine)")
+            continue
+        tmp = dest + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(os.path.join(tmp, "models"))
+        shutil.copy2(ckpt, os.path.join(tmp, "models", os.path.basename(ckpt)))
+        for f in PACKED_FILES:
+            if os.path.exists(os.path.join(run_dir, f)):
+                shutil.copy2(os.path.join(run_dir, f), os.path.join(tmp, f))
+        segments = os.path.join(out, name + ".segments.jsonl")
+        if os.path.exists(segments):
+            shutil.copy2(segments, os.path.join(tmp, "segments.jsonl"))
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+        packed.append(name)
+        print(f"{name}: packed {os.path.basename(ckpt)} ({mb:.1f} MB) into {dest}")
+    return packed
+
+
+def restore_state(out, state=LANE_STATE) -> list:
+    """Put each packed run whose folder ``out`` lacks back into ``out`` (a fresh machine); returns the names."""
+    restored = []
+    for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
+        src, run_dir = os.path.join(state, name), os.path.join(out, name)
+        if name.endswith(".tmp") or os.path.exists(run_dir):
+            continue
+        shutil.copytree(src, run_dir, ignore=shutil.ignore_patterns("segments.jsonl"))
+        if os.path.exists(os.path.join(src, "segments.jsonl")):
+            shutil.copy2(os.path.join(src, "segments.jsonl"), os.path.join(out, name + ".segments.jsonl"))
+        restored.append(name)
+        print(f"{name}: restored from {src}")
+    return restored
+
+
+def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
+    """Run the plan's unfinished runs, ``lanes_at_once`` at a time (first restoring packed runs that
+    ``out`` lacks); returns the names that failed."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     pending = [r for r in plan if not finished(results, *r)]
     print(f"{len(pending)} runs to do; summaries in {results}", flush=True)
     running, failed = [], []
     os.makedirs(out, exist_ok=True)
+    restore_state(out, state)
     try:
         while pending or running:
             while pending and len(running) < lanes_at_once:
@@ -422,7 +482,18 @@ def main(argv=None):
     p.add_argument("--docs", default=DOCS, help="folder of mario_learning.md (the report)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
     p.add_argument("--status", action="store_true", help="print each summary's status and stop")
+    p.add_argument(
+        "--pack-state",
+        action="store_true",
+        help=f"copy the unfinished runs' resume state (checkpoints up to {PACK_MAX_MB:g} MB) into --state, to commit",
+    )
+    p.add_argument(
+        "--state", default=LANE_STATE, help="folder of the packed resume state (restored when a run is missing)"
+    )
     args, extra = p.parse_known_args(argv)  # anything else goes to mario/train.py (checks, e.g. a small budget)
+    if args.pack_state:
+        pack_state(args.out, args.results, args.state)
+        return 0
     if args.status:
         for s in load_summaries(args.results):
             print(
@@ -431,7 +502,8 @@ def main(argv=None):
             )
         return 0
     if not args.report_only:
-        failed = run_all(parse_runs(args.runs) if args.runs else PLAN, args.out, args.results, args.lanes, extra)
+        plan = parse_runs(args.runs) if args.runs else PLAN
+        failed = run_all(plan, args.out, args.results, args.lanes, extra, args.state)
         if failed:
             print("failed:", ", ".join(failed), file=sys.stderr)
     print("report:", write_report(args.results, args.docs))

@@ -126,3 +126,28 @@ def test_a_sigint_to_the_benchmark_alone_stops_its_run_with_a_checkpoint(tmp_pat
     assert [e["event"] for e in events] == ["start", "end"] and events[-1]["returncode"] == 130, events
     summary = json.loads((results / (bench.run_name("1-1", "none", 0) + ".json")).read_text())
     assert summary["status"] == "stopped" and summary["agent_steps"] > 0
+
+
+def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
+    """--pack-state keeps the newest checkpoint, config, metrics and segments of an unfinished run (within
+    the size limit); run_all's restore puts them back where the run folder is missing, to resume from."""
+    out, results, state = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "state")
+    run_dir = _run_folder(out, updates=4, torn=False)
+    name = os.path.basename(run_dir)
+    with open(os.path.join(run_dir, "models", "mario_1_1_4.pdparams"), "wb") as f:
+        f.write(b"x" * 1000)
+    bench.segment_event(out, name, event="start", commit="abc", resume_update=0)
+    assert bench.pack_state(out, results, state, max_mb=1.0) == [name]
+    assert sorted(os.listdir(os.path.join(state, name, "models"))) == ["mario_1_1_4.pdparams"]
+    fresh = str(tmp_path / "fresh")
+    os.makedirs(fresh)
+    assert bench.restore_state(fresh, state) == [name]
+    assert bench.resume_point(os.path.join(fresh, name), "1-1")[1] == 4
+    assert [e["event"] for e in bench.read_segments(fresh, name)] == ["start"]
+    assert bench.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
+    assert bench.pack_state(out, results, str(tmp_path / "small"), max_mb=1e-4) == []  # too big: stays here
+    os.makedirs(results)
+    with open(bench.summary_path(results, "1-1", "rnd", 0), "w") as f:
+        json.dump({"status": "flag"}, f)
+    bench.pack_state(out, results, state)
+    assert not os.path.exists(os.path.join(state, name))  # finished: nothing left to resume
