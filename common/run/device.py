@@ -35,24 +35,28 @@ def set_device(device: str) -> str:
     return device
 
 
-#: flags that tune only the CPU speed paths (``common.cpu``), with the value that means "not set"
-CPU_ONLY_FLAGS = {"num_threads": 0, "inference": "native"}
+#: the flags that tune only the CPU speed paths (``common.cpu``)
+CPU_ONLY_FLAGS = ("num_threads", "inference")
 
 
 def warn_ignored_cpu_flags(cfg) -> list[str]:
     """Where the CPU speed paths are off (``--device gpu``, or ``PADDLE_CURIOSITY_PLAIN=1``), warn once
-    for each CPU-only flag the user set (``CPU_ONLY_FLAGS``): the run ignores it. Returns the flags."""
+    for each CPU-only flag (``CPU_ONLY_FLAGS``) set away from its default: the run ignores it. Returns
+    the flags."""
+    import dataclasses
     import warnings
 
     from common import cpu
+    from common.run.config import flag_name
 
     if cpu.fast_paths():
         return []
     where = f"--device {cfg.device}" if cfg.device != "cpu" else "PADDLE_CURIOSITY_PLAIN=1"
-    ignored = [name for name, unset in CPU_ONLY_FLAGS.items() if getattr(cfg, name, unset) != unset]
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    ignored = [name for name in CPU_ONLY_FLAGS if name in defaults and getattr(cfg, name) != defaults[name]]
     for name in ignored:
         warnings.warn(
-            f"--{name.replace('_', '-')} {getattr(cfg, name)!r} tunes the CPU speed paths, which are off with "
+            f"--{flag_name(name)} {getattr(cfg, name)!r} tunes the CPU speed paths, which are off with "
             f"{where}; this run ignores it (docs/gpu.md)",
             stacklevel=2,
         )
