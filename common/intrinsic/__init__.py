@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from common.intrinsic.base import IntrinsicModule, NoIntrinsic
 
-INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
+INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b")
+#: the modules whose features are learned by inverse dynamics: they need the game's action count
+ACTION_MODULES = ("icm", "e3b")
 
 
 def make_intrinsic(
@@ -26,6 +28,7 @@ def make_intrinsic(
     max_pairs: int = 512,
     target_proportion: float = 1.0,
     value_max=255.0,
+    num_actions: int | None = None,
 ) -> IntrinsicModule:
     """Build the intrinsic module ``name``.
 
@@ -35,7 +38,8 @@ def make_intrinsic(
     ``max_pairs`` caps SND-STD's consecutive pairs per target step (ignored by the others);
     ``target_proportion`` is the share of each minibatch the SND target trains on;
     ``value_max`` is the largest raw observation value (one per channel or one number),
-    which sizes SND-V's noise.
+    which sizes SND-V's noise; ``num_actions`` is the game's action count (ICM and E3B predict the
+    action; their encoder is the game's target network, freshly initialised and trained).
     """
     if name not in INTRINSIC_NAMES:
         raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
@@ -54,6 +58,17 @@ def make_intrinsic(
         from common.intrinsic.rnd import RND
 
         return RND(target, predictor, **common)
+    if name == "noveld":
+        from common.intrinsic.noveld import NovelD
+
+        return NovelD(target, predictor, **common)
+    if name in ACTION_MODULES:
+        if num_actions is None:
+            raise ValueError(f"--intrinsic {name} predicts actions: make_intrinsic needs num_actions")
+        from common.intrinsic.e3b import E3B
+        from common.intrinsic.icm import ICM
+
+        return {"icm": ICM, "e3b": E3B}[name](target, num_actions=num_actions, **common)
     from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
 
     if name == "snd-std":
@@ -92,4 +107,5 @@ def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
         target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr,
         target_proportion=cfg.target_proportion,
         value_max=spec.obs_value_max,
+        num_actions=spec.spaces(cfg)[1],
     )

@@ -10,9 +10,12 @@ Conventions
   ``input_channels`` (RND on Montezuma: only the latest frame) and normalizes
   them itself (running mean/std, clipped to [-5, 5]); the normalizer is part of
   its ``state_dict``.
-* ``reward`` returns the *raw* per-sample novelty (no grad). Scaling by the
-  running std of the discounted intrinsic return is the trainer's job, because it
-  is the same for every module.
+* ``rollout_reward`` returns the *raw* novelty of every transition of a rollout
+  (no grad); its default scores s_{t+1} alone with ``reward``, which is all RND and
+  SND need. Modules that need s_t and a_t too (ICM, NovelD) or remember the episode
+  (E3B) override it. Scaling by the running std of the discounted intrinsic return
+  (and the optional first-visit gate) is the trainer's job, because it is the same for
+  every module.
 * ``update`` receives one PPO minibatch (see ``common.ppo.buffer.RolloutBuffer``):
   ``obs`` uint8[B,C,H,W] = s_t, ``next_obs`` uint8[B,C,H,W] = s_{t+1},
   ``dones`` float32[B] = 1 where the transition ended an episode (then
@@ -33,6 +36,9 @@ class IntrinsicModule:
 
     #: registry name, e.g. "rnd", "snd-v"
     name: str = "base"
+    #: True: the reward is paid only for the first visit of s_{t+1} within its episode whatever
+    #: ``--int-first-visit`` says (NovelD, whose definition includes that gate)
+    first_visit_gate: bool = False
 
     def observe(self, obs: np.ndarray) -> None:
         """Update the observation normalizer with ``uint8[B, C, H, W]`` frames."""
@@ -41,6 +47,30 @@ class IntrinsicModule:
     def reward(self, obs: np.ndarray) -> np.ndarray:
         """Raw novelty of ``uint8[B, C, H, W]`` observations -> ``float32[B]``."""
         raise NotImplementedError
+
+    def rollout_reward(
+        self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray, dones: np.ndarray
+    ) -> np.ndarray:
+        """Raw novelty ``float32[T, N]`` of a rollout's transitions s_t -a_t-> s_{t+1}.
+
+        Args:
+            obs: uint8[T+1, N, C, H, W]: ``obs[t]`` is s_t; ``obs[t+1]`` is what the env showed
+                after step t, the next episode's first frame where ``dones[t]``.
+            next_obs: uint8[T, N, C, H, W]: s_{t+1}, the true terminal frame where ``dones[t]``.
+            actions: int64[T, N]; dones: float32[T, N], 1 where step t ended an episode.
+
+        Called once per rollout, before ``observe`` sees its frames; the rollouts of a run
+        continue each other (``obs[0]`` is the previous rollout's ``obs[T]``), so an episodic
+        module keeps each env's episode across calls until ``reset_episodes``.
+        Default: ``reward`` of every s_{t+1}.
+        """
+        T, N = dones.shape
+        return self.reward(next_obs.reshape(T * N, *next_obs.shape[2:])).reshape(T, N)
+
+    def reset_episodes(self) -> None:
+        """Forget every env's episode (an episodic module's memory); nothing to forget by default.
+
+        The memory is never checkpointed: a resumed run resets its envs, so its episodes start afresh."""
 
     def update(self, batch: dict) -> dict:
         """One optimisation step on a minibatch; returns ``{loss_name: float}``."""
@@ -79,6 +109,23 @@ class NoIntrinsic(IntrinsicModule):
 
     def set_state_dict(self, state):
         pass
+
+
+def episode_rewards(module: IntrinsicModule, stacks: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """The intrinsic reward float32[L] of each step of one played episode under ``module``.
+
+    ``stacks``: uint8[L+1, C, H, W], the episode's observations s_0 .. s_L; ``actions``: int[L].
+    The episode is scored as a rollout of one env with a fresh episodic memory (the module's
+    memory of its training envs, if any, is forgotten: use a copy of the trainer's module)."""
+    steps = len(stacks) - 1
+    actions = np.asarray(actions, dtype=np.int64).reshape(steps, 1)
+    if steps <= 0:
+        return np.zeros(0, np.float32)
+    obs = stacks[:, None]
+    module.reset_episodes()
+    rewards = module.rollout_reward(obs, obs[1:], actions, np.zeros((steps, 1), np.float32))
+    module.reset_episodes()
+    return np.asarray(rewards, np.float32).reshape(steps)
 
 
 # ------------------------------------------------------------------ target + predictor checkpoints

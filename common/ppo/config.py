@@ -9,6 +9,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
+from common.intrinsic import INTRINSIC_NAMES
 from common.run.config import RunConfig, arg, default, flag_name, need
 
 
@@ -132,18 +133,28 @@ class TrainConfig(RunConfig):
     )
 
     # --- intrinsic reward ----------------------------------------------------------------
-    intrinsic: str = arg("rnd", "intrinsic-reward module", choices=("none", "rnd", "snd-v", "snd-std", "snd-vic"))
+    intrinsic: str = arg(
+        "rnd",
+        "intrinsic-reward module: none (plain PPO), rnd, the SND targets snd-v / snd-std / snd-vic, noveld "
+        "(RND's novelty difference, first visits only), icm (forward-model error in inverse-dynamics "
+        "features), e3b (elliptical episodic bonus); docs/intrinsic_modules.md",
+        choices=INTRINSIC_NAMES,
+    )
     int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
     ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
     int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
-    update_proportion: float = arg(0.25, "share of each minibatch the predictor is trained on")
+    update_proportion: float = arg(
+        0.25, "share of each minibatch the intrinsic module trains on (RND/SND/NovelD predictor, ICM/E3B networks)"
+    )
     snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
     target_proportion: float = arg(
         1.0,
         "share of each minibatch the SND target is trained on (1: all of it, as "
         "the SND authors' code); RND's target is frozen and ignores it",
     )
-    intrinsic_lr: float = arg(0.0, "learning rate of the intrinsic predictor (0: same as --lr)")
+    intrinsic_lr: float = arg(
+        0.0, "learning rate of the intrinsic module (RND/SND/NovelD predictor, ICM/E3B networks; 0: same as --lr)"
+    )
     target_lr: float = arg(
         0.0,
         "learning rate of the SND target network (0: same as the predictor's); RND's target is frozen and ignores it",
@@ -152,7 +163,8 @@ class TrainConfig(RunConfig):
         False,
         "pay the intrinsic reward only for the first visit of an observation within "
         "an episode (BeBold/NovelD's episodic restriction): stops a curious agent from "
-        "farming novelty by cycling between a few observations. See docs/exploration.md",
+        "farming novelty by cycling between a few observations (noveld always gates: the gate is part of it). "
+        "See docs/exploration.md",
     )
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")

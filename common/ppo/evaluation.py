@@ -50,6 +50,7 @@ import traceback
 import numpy as np
 
 from common.envs.workers import describe_exitcode, worker_launch
+from common.intrinsic.base import episode_rewards
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
 
@@ -68,7 +69,8 @@ def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool,
     ``env``: the episode env kept between calls (None: make it); a recorded episode (``record_path``)
     gets an env of its own, closed after it. ``along`` keeps every RGB screen for the intrinsic-reward
     picture, else only the few of ``eval/frames``. Returns ``(result, env)``: ``result`` holds
-    ``stacks`` (the observations), ``return``, ``length``, ``info``, ``strip``, ``screens``, ``video``.
+    ``stacks`` (the observations), ``actions`` (int64[L]), ``return``, ``length``, ``info``, ``strip``,
+    ``screens``, ``video``.
     """
     from common.ppo.play import ALONG_KEEP, RGB_KEEP, frame_strip, greedy_episode
 
@@ -80,6 +82,7 @@ def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool,
             env = spec.env_factory(cfg, None)()
         episode_env = env
     rgb = []  # RGB screens of the episode: a few for the eval/frames picture, many for "along"
+    actions = []
     try:
         stacks, ret, steps, info = greedy_episode(
             policy,
@@ -90,12 +93,14 @@ def play_greedy(spec, cfg, policy, weights, seed: int, record_path, along: bool,
             rgb_frames=rgb,
             rgb_keep=ALONG_KEEP if along else RGB_KEEP,
             on_step=on_step,
+            actions=actions,
         )
     finally:
         if record_path:
             episode_env.close()
     result = {
         "stacks": stacks,
+        "actions": np.asarray(actions, np.int64),
         "return": ret,
         "length": steps,
         "info": info,
@@ -376,22 +381,22 @@ class Evaluations:
         kept, the picture's record (``"along"``); the stacks and screens are dropped."""
         from common import pictures
 
-        stacks, screens = result.pop("stacks"), result.pop("screens", None)
-        rewards = self._intrinsic_rewards(stacks, snapshot)
+        stacks, actions, screens = result.pop("stacks"), result.pop("actions"), result.pop("screens", None)
+        rewards = self._intrinsic_rewards(stacks, actions, snapshot)
         result["intrinsic"] = float(rewards.sum())
         if screens is not None and len(rewards):
             frames = pictures.episode_frames(stacks, screens, self.spec.observation_picture)
             result["along"] = pictures.along_episode(rewards, frames)
         return result
 
-    def _intrinsic_rewards(self, stacks, snapshot: dict):
-        """float32[L]: the intrinsic reward of the episode's s_1 .. s_L under the snapshot's module, in one pass."""
+    def _intrinsic_rewards(self, stacks, actions, snapshot: dict):
+        """float32[L]: the intrinsic reward of the episode's L steps under the snapshot's module, in one pass."""
         if len(stacks) <= 1 or self.cfg.intrinsic == "none":
             return np.zeros(0, np.float32)
         if self._intrinsic is None:
             self._intrinsic = self._new_intrinsic()
         self._intrinsic.set_state_dict(snapshot["intrinsic"])
-        return np.asarray(self._intrinsic.reward(stacks[1:]), np.float32).ravel()
+        return episode_rewards(self._intrinsic, stacks, actions)
 
 
 def spec_module(spec) -> str:

@@ -41,12 +41,14 @@ def greedy_episode(
     rgb_keep: int = RGB_KEEP,
     sample_rng: np.random.Generator | None = None,
     on_step=None,
+    actions: list | None = None,
 ):
     """Play one greedy episode. Returns (stacks uint8[L+1, C, H, W], return, steps, last info).
 
     With ``sample_rng`` the actions are drawn from the policy's distribution with that generator
     instead of taken by argmax (deterministic for a given generator state on a CPU). ``on_step(steps)``,
     if given, is called every ``PROGRESS_EVERY`` steps (the background eval's sign of life).
+    ``actions`` (a list), if given, receives the action of every step (what ICM and E3B score).
 
     With ``rgb_frames`` (a list) and an env that has ``rgb_frame()``, the list receives
     ``(step, uint8[h, w, 3])`` screens (``shrink_screen``: halved while taller than 160 px)
@@ -65,6 +67,7 @@ def greedy_episode(
     stride = 1
     if grab is not None:
         rgb_frames.append((0, shrink_screen(grab())))
+    taken = actions if actions is not None else []
     policy.eval()
     with paddle.no_grad():
         while steps < max_steps:
@@ -77,6 +80,7 @@ def greedy_episode(
                 cdf = np.cumsum(probs / probs.sum())
                 action = int(min(np.searchsorted(cdf, sample_rng.random(), side="right"), len(cdf) - 1))
             obs, reward, done, info = env.step(action)
+            taken.append(action)
             ret += reward
             steps += 1
             if on_step is not None and steps % PROGRESS_EVERY == 0:
@@ -222,6 +226,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     plot = args.plot and _can_plot(cfg, state)
     screens = [] if plot else None
+    actions = []
     env = spec.env_factory(cfg, output)()
     try:
         stacks, ret, steps, info = greedy_episode(
@@ -233,12 +238,13 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
             rgb_frames=screens,
             rgb_keep=ALONG_KEEP,
             sample_rng=np.random.default_rng(args.seed) if args.policy == "sample" else None,
+            actions=actions,
         )
     finally:
         env.close()
     result = {"return": float(ret), "steps": steps, "video": output, **spec.episode_metrics(info)}
     if plot:
-        result["plot"] = plot_along_episode(spec, cfg, state, stacks, screens, args.plot)
+        result["plot"] = plot_along_episode(spec, cfg, state, stacks, actions, screens, args.plot)
     if after is not None:
         result.update(after(args, state, {**result, "info": info}))
     print(
@@ -255,15 +261,16 @@ def _can_plot(cfg, state) -> bool:
     return True
 
 
-def plot_along_episode(spec, cfg, state, stacks, screens, path: str) -> str:
+def plot_along_episode(spec, cfg, state, stacks, actions, screens, path: str) -> str:
     """Draw the intrinsic reward of every step of one episode (``common.pictures``) under the checkpoint's
     module to ``path`` (PNG), and its values to the same name with ``.npz``; returns ``path``."""
     from common import pictures
     from common.intrinsic import intrinsic_for_run
+    from common.intrinsic.base import episode_rewards
 
     module = intrinsic_for_run(spec, cfg, stacks.shape[1:])
     module.set_state_dict(state["intrinsic"])
-    rewards = module.reward(stacks[1:])
+    rewards = episode_rewards(module, stacks, actions)
     record = pictures.along_episode(rewards, pictures.episode_frames(stacks, screens, spec.observation_picture))
     title = f"{spec.name} {spec.level_name(cfg)}, update {state['update']}: {cfg.intrinsic} intrinsic reward"
     pictures.save_png(path, pictures.draw_along_episode(record, title))

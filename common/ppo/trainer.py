@@ -111,9 +111,8 @@ class Trainer:
         engine = cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs)
         self.actor = Actor(self.policy, engine)
         self.intrinsic = self._new_intrinsic()
-        self.int_scale = IntrinsicRewardScale(
-            cfg.int_gamma, cfg.num_envs, first_visit=cfg.int_first_visit and cfg.intrinsic != "none"
-        )
+        gated = (cfg.int_first_visit and cfg.intrinsic != "none") or self.intrinsic.first_visit_gate
+        self.int_scale = IntrinsicRewardScale(cfg.int_gamma, cfg.num_envs, first_visit=gated)
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
         self.stop = StopSignals("finishing this step, saving a checkpoint, closing workers")
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
@@ -265,11 +264,11 @@ class Trainer:
         return obs, episodes
 
     def intrinsic_rewards(self) -> np.ndarray:
-        """Raw novelty of every s_{t+1} [T, N], and the scaled rewards stored in the buffer."""
+        """Raw novelty of every transition [T, N], and the scaled rewards stored in the buffer."""
         buf = self.buffer
         T, N = buf.num_steps, buf.num_envs
         nxt = buf.next_obs_for_reward()
-        raw = self.intrinsic.reward(nxt.reshape(T * N, *self.obs_shape)).reshape(T, N)
+        raw = self.intrinsic.rollout_reward(buf.obs, nxt, buf.actions, buf.dones)
         buf.store_intrinsic_rewards(self.int_scale.scale(raw, *buf.visit_frames(nxt)))
         self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
         return raw

@@ -1,0 +1,286 @@
+"""NovelD, ICM and E3B: their rewards against hand-computed values, their training, their checkpoints."""
+
+import numpy as np
+import paddle
+import pytest
+
+from common.intrinsic import make_intrinsic
+from common.intrinsic.base import episode_rewards
+from common.intrinsic.dynamics import inverse_loss
+from common.intrinsic.e3b import EllipticalMemory
+from common.intrinsic.icm import ICM_BETA, forward_error
+from common.intrinsic.noveld import novelty_difference
+from gridworld.rnd_model import make_rnd_networks
+
+SHAPE = (3, 7, 7)
+ACTIONS = 7
+
+
+def module(name, seed=0, **kw):
+    m = make_intrinsic(
+        name, make_rnd_networks, SHAPE, 3, lr=1e-3, update_proportion=1.0, max_grad_norm=0.5, seed=seed, **kw
+    )
+    return m
+
+
+def rollout(T=6, N=3, seed=0, ended=((2, 1), (4, 0))):
+    """(obs uint8[T+1, N, ...], next_obs with distinct terminal frames, actions, dones)."""
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 10, size=(T + 1, N, *SHAPE)).astype(np.uint8)
+    next_obs, dones = obs[1:].copy(), np.zeros((T, N), np.float32)
+    for t, i in ended:
+        dones[t, i] = 1
+        next_obs[t, i] = rng.integers(0, 10, size=SHAPE)  # the terminal frame, not the reset frame obs[t+1]
+    return obs, next_obs, rng.integers(0, ACTIONS, size=(T, N)), dones
+
+
+def minibatch(obs, next_obs, actions, dones):
+    flat = lambda a: a.reshape(-1, *a.shape[2:])  # noqa: E731
+    return {"obs": flat(obs[:-1]), "next_obs": flat(next_obs), "actions": actions.reshape(-1), "dones": dones.ravel()}
+
+
+# ------------------------------------------------------------------ NovelD
+def test_novelty_difference_clips_at_zero_on_a_tiny_sequence():
+    novelty = np.array([1.0, 4.0, 2.0, 0.5, 3.0])  # N(s_0) .. N(s_4) along one episode
+    got = novelty_difference(novelty[1:], novelty[:-1], alpha=0.5)
+    # 4 - 0.5*1 = 3.5; 2 - 0.5*4 = 0 (exactly); 0.5 - 0.5*2 < 0 -> 0; 3 - 0.5*0.5 = 2.75
+    np.testing.assert_allclose(got, [3.5, 0.0, 0.0, 2.75])
+    assert got.dtype == np.float32
+
+
+def test_noveld_rollout_reward_is_the_clipped_difference_of_rnd_novelties():
+    m = module("noveld")
+    obs, next_obs, actions, dones = rollout()
+    m.observe(obs.reshape(-1, *SHAPE))
+    T, N = dones.shape
+    n_now = m.reward(obs[:-1].reshape(-1, *SHAPE)).reshape(T, N)
+    n_next = m.reward(next_obs.reshape(-1, *SHAPE)).reshape(T, N)  # the terminal frames where an episode ended
+    want = np.maximum(n_next - 0.5 * n_now, 0.0)
+    np.testing.assert_allclose(m.rollout_reward(obs, next_obs, actions, dones), want, rtol=1e-5, atol=1e-5)
+    assert m.first_visit_gate and not module("rnd").first_visit_gate
+
+
+def test_noveld_turns_the_trainers_first_visit_gate_on(tmp_path):
+    from common.ppo.trainer import Trainer
+    from mario.train import SPEC, MarioConfig
+
+    kw = dict(world=1, stage=1, num_processes=2, num_workers=-1, log_path=str(tmp_path), int_first_visit=False)
+    gated = Trainer(SPEC, MarioConfig(intrinsic="noveld", run_name="n", **kw))
+    plain = Trainer(SPEC, MarioConfig(intrinsic="rnd", run_name="r", **kw))
+    try:
+        assert gated.int_scale.gate is not None and plain.int_scale.gate is None
+    finally:
+        gated.close()
+        plain.close()
+
+
+# ------------------------------------------------------------------ ICM
+def test_inverse_loss_is_the_cross_entropy_of_a_known_batch():
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0], [0.0, 0.0, 0.0]], np.float32)
+    actions = np.array([0, 1, 2])
+    log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    want = -log_softmax[np.arange(3), actions].mean()
+    got = inverse_loss(paddle.to_tensor(logits), paddle.to_tensor(actions))
+    assert got.shape == [] and float(got) == pytest.approx(want, rel=1e-6)
+
+
+def test_forward_error_is_half_the_squared_distance():
+    a = paddle.to_tensor([[1.0, 2.0], [0.0, 0.0]])
+    b = paddle.to_tensor([[0.0, 0.0], [3.0, 4.0]])
+    np.testing.assert_allclose(forward_error(a, b).numpy(), [2.5, 12.5])
+
+
+def test_icm_reward_is_the_forward_models_error_on_the_true_next_frames():
+    m = module("icm", num_actions=ACTIONS)
+    obs, next_obs, actions, dones = rollout()
+    m.observe(obs.reshape(-1, *SHAPE))
+    T, N = dones.shape
+    phi_now = m.features(obs[:-1].reshape(-1, *SHAPE))
+    phi_next = m.features(next_obs.reshape(-1, *SHAPE))
+    one_hot = np.eye(ACTIONS, dtype=np.float32)[actions.reshape(-1)]
+    with paddle.no_grad():
+        predicted = m.nets.forward_model(paddle.to_tensor(np.concatenate([phi_now, one_hot], 1))).numpy()
+    want = 0.5 * ((predicted - phi_next) ** 2).sum(1)
+    got = m.rollout_reward(obs, next_obs, actions, dones)
+    np.testing.assert_allclose(got, want.reshape(T, N), rtol=1e-4, atol=1e-3)
+    with pytest.raises(TypeError, match="rollout_reward"):
+        m.reward(obs[0])
+
+
+def test_icm_logs_its_terms_and_its_total_is_the_papers_weighting():
+    m = module("icm", num_actions=ACTIONS)
+    obs, next_obs, actions, dones = rollout()
+    m.observe(obs.reshape(-1, *SHAPE))
+    out = m.update(minibatch(obs, next_obs, actions, dones))
+    assert set(out) == {"icm_inverse", "icm_forward", "icm_total"}
+    assert out["icm_total"] == pytest.approx((1 - ICM_BETA) * out["icm_inverse"] + ICM_BETA * out["icm_forward"])
+
+
+@pytest.mark.parametrize("name", ["icm", "e3b"])
+def test_the_inverse_model_learns_which_action_changed_the_frame(name):
+    """Next frame = this frame with the action's code written into a fixed cell: learnable from the pair."""
+    rng = np.random.default_rng(3)
+    m = module(name, num_actions=ACTIONS)
+    obs = rng.integers(0, 10, size=(256, *SHAPE)).astype(np.uint8)
+    actions = rng.integers(0, ACTIONS, size=256)
+    nxt = obs.copy()
+    nxt[:, 0, 3, 3] = actions
+    m.observe(np.concatenate([obs, nxt]))
+    batch = {"obs": obs, "next_obs": nxt, "actions": actions, "dones": np.zeros(256, np.float32)}
+    first = m.update(batch)[f"{name}_inverse"]
+    for _ in range(60):
+        last = m.update(batch)[f"{name}_inverse"]
+    assert last < 0.5 * min(first, np.log(ACTIONS))  # well below chance (log 7 = 1.95)
+
+
+def test_action_modules_need_the_action_count():
+    with pytest.raises(ValueError, match="num_actions"):
+        module("icm")
+    with pytest.raises(ValueError, match="at least 2 actions"):
+        module("e3b", num_actions=1)
+
+
+# ------------------------------------------------------------------ E3B
+def direct_bonuses(phis, ridge):
+    """phi_k^T (ridge*I + sum_{j<k} phi_j phi_j^T)^-1 phi_k, with an explicit inverse per step."""
+    d = phis.shape[1]
+    out, cov = [], ridge * np.eye(d)
+    for phi in phis:
+        out.append(phi @ np.linalg.inv(cov) @ phi)
+        cov += np.outer(phi, phi)
+    return np.array(out)
+
+
+def test_elliptical_bonus_equals_the_direct_inverse_formula():
+    rng = np.random.default_rng(0)
+    phis = rng.normal(size=(40, 2, 6))  # 40 steps, 2 envs, D = 6
+    mem = EllipticalMemory(2, 6, ridge=0.1)
+    got = np.stack([mem.bonus(p) for p in phis])
+    for env in range(2):
+        np.testing.assert_allclose(got[:, env], direct_bonuses(phis[:, env], 0.1), rtol=1e-8)
+    mem.restart(1, phis[0, 1])  # a new episode for env 1 only, its first observation in C
+    again = mem.bonus(phis[1])
+    assert again[1] == pytest.approx(direct_bonuses(phis[:2, 1], 0.1)[1], rel=1e-8)
+    assert again[0] == pytest.approx(direct_bonuses(np.concatenate([phis[:, 0], phis[1:2, 0]]), 0.1)[-1], rel=1e-8)
+
+
+def test_e3b_rollout_reward_keeps_each_episode_and_restarts_it_at_its_end():
+    m = module("e3b", num_actions=ACTIONS)
+    obs, next_obs, actions, dones = rollout(T=6, N=3, ended=((2, 1),))
+    m.observe(obs.reshape(-1, *SHAPE))
+    got = m.rollout_reward(obs, next_obs, actions, dones)
+    phi_obs, phi_next = m.features(obs.reshape(-1, *SHAPE)).reshape(7, 3, -1), None
+    phi_next = m.features(next_obs.reshape(-1, *SHAPE)).reshape(6, 3, -1).astype(np.float64)
+    # env 0: one episode from obs[0]; env 1: ends at step 2, the next begins at obs[3]
+    want0 = direct_bonuses(np.concatenate([phi_obs[:1, 0], phi_next[:, 0]]).astype(np.float64), 0.1)[1:]
+    np.testing.assert_allclose(got[:, 0], want0, rtol=1e-4)
+    first = direct_bonuses(np.concatenate([phi_obs[:1, 1], phi_next[:3, 1]]).astype(np.float64), 0.1)[1:]
+    second = direct_bonuses(np.concatenate([phi_obs[3:4, 1], phi_next[3:, 1]]).astype(np.float64), 0.1)[1:]
+    np.testing.assert_allclose(got[:, 1], np.concatenate([first, second]), rtol=1e-4)
+    # the next rollout continues the episodes: its rewards differ from a fresh module's
+    continued = m.rollout_reward(obs, next_obs, actions, np.zeros_like(dones))
+    m.reset_episodes()
+    fresh = m.rollout_reward(obs, next_obs, actions, np.zeros_like(dones))
+    assert np.all(continued[:, 0] < fresh[:, 0])
+    with pytest.raises(ValueError, match="3 envs"):
+        m.rollout_reward(obs[:, :2], next_obs[:, :2], actions[:, :2], dones[:, :2])
+
+
+# ------------------------------------------------------------------ shared
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b"])
+def test_checkpoint_round_trip_gives_the_same_rewards_and_training(name):
+    obs, next_obs, actions, dones = rollout()
+    a, b = module(name, num_actions=ACTIONS), module(name, seed=5, num_actions=ACTIONS)
+    a.observe(obs.reshape(-1, *SHAPE))
+    a.update(minibatch(obs, next_obs, actions, dones))
+    b.set_state_dict(a.state_dict())
+    np.testing.assert_allclose(
+        a.rollout_reward(obs, next_obs, actions, dones), b.rollout_reward(obs, next_obs, actions, dones), rtol=1e-6
+    )
+    batch = minibatch(obs, next_obs, actions, dones)
+    assert a.update(batch) == pytest.approx(b.update(batch), rel=1e-5)  # optimizer moments and rng came along
+    with pytest.raises(ValueError, match="intrinsic module"):
+        module("rnd").set_state_dict(a.state_dict())
+
+
+@pytest.mark.parametrize("name", ["rnd", "noveld", "icm", "e3b"])
+def test_episode_rewards_score_one_played_episode(name):
+    m = module(name, num_actions=ACTIONS)
+    obs, _, actions, _ = rollout(T=5, N=1, ended=())
+    m.observe(obs.reshape(-1, *SHAPE))
+    stacks = obs[:, 0]
+    got = episode_rewards(m, stacks, actions[:, 0])
+    assert got.shape == (5,) and got.dtype == np.float32 and np.all(np.isfinite(got))
+    again = episode_rewards(m, stacks, actions[:, 0])  # a fresh episodic memory each time
+    np.testing.assert_allclose(got, again, rtol=1e-6)
+    if name == "rnd":
+        np.testing.assert_allclose(got, m.reward(stacks[1:]), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ end to end, in every PPO game
+LOSS_TAG = {"noveld": "losses/forward", "icm": "losses/icm_inverse", "e3b": "losses/e3b_inverse"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b"])
+def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
+    import os
+
+    from common.ppo.trainer import Trainer
+    from common.run.logger import EVAL_INTRINSIC, read_metrics
+    from gridworld.play import main as play_main
+    from gridworld.train import SPEC, GridConfig
+
+    kw = dict(intrinsic=name, num_processes=4, num_local_steps=16, batch_size=2, num_epochs=1, obs_norm_steps=2)
+    kw.update(eval_interval=2, video_interval=0, histogram_interval=0, log_path=str(tmp_path), seed=1)
+    result = Trainer(SPEC, GridConfig(num_global_steps=128, run_name="a", **kw)).train()
+    metrics = read_metrics(result["run_dir"])
+    assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1])) and np.all(np.isfinite(metrics[EVAL_INTRINSIC][1]))
+    if name == "icm":
+        assert "losses/icm_forward" in metrics and "losses/icm_total" in metrics
+    resumed = Trainer(SPEC, GridConfig(num_global_steps=192, run_name="b", resume=result["checkpoint"], **kw))
+    assert resumed.update == 2
+    assert resumed.train()["update"] == 3
+    out = tmp_path / "play.mp4"
+    played = play_main(
+        [
+            "--checkpoint",
+            result["checkpoint"],
+            "--output",
+            str(out),
+            "--max-steps",
+            "12",
+            "--plot",
+            str(tmp_path / "along.png"),
+        ]
+    )
+    assert os.path.exists(played["plot"]) and out.exists()
+    along = np.load(tmp_path / "along.npz")
+    assert np.all(np.isfinite(along[along.files[0]]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "game,name", [("mario", "icm"), ("mario", "e3b"), ("montezuma", "noveld"), ("montezuma", "icm")]
+)
+def test_atari_like_games_train_with_the_new_modules(tmp_path, game, name):
+    from common.ppo.trainer import Trainer
+    from common.run.logger import read_metrics
+    from mario.train import SPEC as MARIO
+    from mario.train import MarioConfig
+    from montezuma.train import SPEC as MONTEZUMA
+    from montezuma.train import MontezumaConfig
+
+    kw = dict(intrinsic=name, num_processes=2, num_workers=-1, num_local_steps=32, batch_size=2, num_epochs=1)
+    kw.update(num_global_steps=128, obs_norm_steps=2, eval_interval=0, video_interval=0, histogram_interval=0)
+    kw.update(embedding_interval=0, log_path=str(tmp_path), run_name="r")
+    spec, cfg = (
+        (MARIO, MarioConfig(world=1, stage=1, **kw))
+        if game == "mario"
+        else (MONTEZUMA, MontezumaConfig(max_episode_steps=40, **kw))
+    )
+    result = Trainer(spec, cfg).train()
+    assert result["update"] == 2 and result["checkpoint"]
+    metrics = read_metrics(result["run_dir"])
+    assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1]))
+    assert np.all(np.isfinite(metrics["intrinsic/raw_reward_mean"][1]))
