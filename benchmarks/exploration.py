@@ -83,13 +83,17 @@ TASKS = {
 }
 
 #: key -> (label, gridworld/train.py flags). Curiosity methods run with the game's defaults
-#: (first-visit gate on, SND target on a quarter of each minibatch); the last two are ablations.
+#: (first-visit gate on, SND target on a quarter of each minibatch); the last two are ablations (NovelD,
+#: ICM and E3B were added with issue 29, after the suite v2 runs).
 METHODS = {
     "none": ("PPO", ["--intrinsic", "none"]),
     "rnd": ("PPO+RND", ["--intrinsic", "rnd"]),
     "snd-v": ("PPO+SND-V", ["--intrinsic", "snd-v"]),
     "snd-std": ("PPO+SND-STD", ["--intrinsic", "snd-std"]),
     "snd-vic": ("PPO+SND-VIC", ["--intrinsic", "snd-vic"]),
+    "noveld": ("PPO+NovelD", ["--intrinsic", "noveld"]),
+    "icm": ("PPO+ICM", ["--intrinsic", "icm"]),
+    "e3b": ("PPO+E3B", ["--intrinsic", "e3b"]),
     "rnd-ungated": ("RND, no first-visit gate", ["--intrinsic", "rnd", "--no-int-first-visit"]),
     "snd-v-fulltarget": (
         "SND-V, target on all of each minibatch",
@@ -118,7 +122,7 @@ HALF = 0.5  # the success rate of "frames to 50 %"
 START, END = "<!-- exploration-table:start -->", "<!-- exploration-table:end -->"
 RESULTS = os.path.join(ROOT, "docs", "results", "exploration")
 #: benchmarks/intrinsic_cost.py: the methods it times and where its result goes (the report shows it)
-COST_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "snd-v-fulltarget")
+COST_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "snd-v-fulltarget", "noveld", "icm", "e3b")
 COST_RESULT = os.path.join(ROOT, "docs", "results", "intrinsic_cost.json")
 
 #: --quick: the whole pipeline at CI size
