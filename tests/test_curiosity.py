@@ -222,7 +222,7 @@ LOSS_TAG = {"noveld": "losses/forward", "icm": "losses/icm_inverse", "e3b": "los
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["noveld", "icm", "e3b"])
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "count"])
 def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
     import os
 
@@ -235,7 +235,9 @@ def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
     kw.update(eval_interval=2, video_interval=0, histogram_interval=0, log_path=str(tmp_path), seed=1)
     result = Trainer(SPEC, GridConfig(num_global_steps=128, run_name="a", **kw)).train()
     metrics = read_metrics(result["run_dir"])
-    assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1])) and np.all(np.isfinite(metrics[EVAL_INTRINSIC][1]))
+    assert np.all(np.isfinite(metrics[EVAL_INTRINSIC][1])) and np.all(metrics["intrinsic/raw_reward_mean"][1] > 0)
+    if name in LOSS_TAG:
+        assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1]))
     if name == "icm":
         assert "losses/icm_forward" in metrics and "losses/icm_total" in metrics
     resumed = Trainer(SPEC, GridConfig(num_global_steps=192, run_name="b", resume=result["checkpoint"], **kw))
@@ -284,3 +286,31 @@ def test_atari_like_games_train_with_the_new_modules(tmp_path, game, name):
     metrics = read_metrics(result["run_dir"])
     assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1]))
     assert np.all(np.isfinite(metrics["intrinsic/raw_reward_mean"][1]))
+
+
+# ------------------------------------------------------------------ the guide's worked example
+def test_hash_counts_pay_one_over_the_root_of_the_visits_so_far():
+    m = module("count")
+    a, b = rollout(T=1, N=2, ended=())[0][0]  # two different observations
+    assert m.codes(np.stack([a, a]))[0] == m.codes(np.stack([a, a]))[1]
+    np.testing.assert_allclose(m.reward(np.stack([a, b])), [1.0, 1.0])  # never seen
+    m.observe(np.stack([a, a, a, b]))
+    np.testing.assert_allclose(m.reward(np.stack([a, b])), [1 / np.sqrt(4), 1 / np.sqrt(2)])
+    other = module("count", seed=9)
+    other.set_state_dict(m.state_dict())
+    np.testing.assert_allclose(other.reward(np.stack([a, b])), m.reward(np.stack([a, b])))
+    assert m.update({}) == {}
+
+
+def test_the_worked_example_stays_under_100_lines_and_is_registered():
+    import dataclasses
+    import os
+
+    from common.intrinsic import INTRINSIC_NAMES
+    from common.ppo.config import TrainConfig
+
+    path = os.path.join(os.path.dirname(__file__), "..", "common", "intrinsic", "counts.py")
+    assert len(open(path, encoding="utf-8").read().splitlines()) < 100
+    assert "count" in INTRINSIC_NAMES
+    (field,) = [f for f in dataclasses.fields(TrainConfig) if f.name == "intrinsic"]
+    assert tuple(field.metadata["choices"]) == INTRINSIC_NAMES  # --intrinsic offers every registered module

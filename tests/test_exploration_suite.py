@@ -82,7 +82,7 @@ def test_intrinsic_cost_benchmark_measures_and_reports(tmp_path):
     r = json.loads(result.read_text())
     assert set(r["cpu_ms_per_frame"]) == {"rnd", "snd-v"} and r["ratio_to_rnd"]["rnd"] == 1.0
     assert all(0 < v[0] < 100 for v in r["cpu_ms_per_frame"].values())  # one round: one value each
-    assert "| PPO+SND-V |" in out and "Goal, each SND variant at or below 1.5" in out
+    assert "| PPO+SND-V |" in out and "Goal, each SND variant, NovelD, ICM and E3B at or below 1.5" in out
     lines = exploration.cost_markdown(r)
     assert any(line.startswith("| PPO+RND | ") and line.endswith("| 1.00 |") for line in lines)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from common.intrinsic.base import IntrinsicModule, NoIntrinsic
 
-INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b")
+INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b", "count")
 #: the modules whose features are learned by inverse dynamics: they need the game's action count
 ACTION_MODULES = ("icm", "e3b")
 
@@ -45,6 +45,10 @@ def make_intrinsic(
         raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
     if name == "none":
         return NoIntrinsic()
+    if name == "count":  # no networks (docs/intrinsic_modules.md: the worked example)
+        from common.intrinsic.counts import HashCount
+
+        return HashCount(obs_shape, input_channels, seed=seed)
     target, predictor = make_networks(input_channels)
     common = dict(
         obs_shape=obs_shape,

@@ -137,7 +137,7 @@ class TrainConfig(RunConfig):
         "rnd",
         "intrinsic-reward module: none (plain PPO), rnd, the SND targets snd-v / snd-std / snd-vic, noveld "
         "(RND's novelty difference, first visits only), icm (forward-model error in inverse-dynamics "
-        "features), e3b (elliptical episodic bonus); docs/intrinsic_modules.md",
+        "features), e3b (elliptical episodic bonus), count (SimHash counts); docs/intrinsic_modules.md",
         choices=INTRINSIC_NAMES,
     )
     int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
