@@ -1,6 +1,6 @@
 """Does the SND novelty signal persist where RND's fades? Mario 1-1, every module, several seeds.
 
-    python benchmarks/snd_signal.py                  # 4 modules x 2 seeds x 30,720 agent steps (hours)
+    python benchmarks/snd_signal.py                  # 5 modules x 2 seeds x 30,720 agent steps (hours)
     python benchmarks/snd_signal.py --quick          # CI-sized check of the pipeline
     python benchmarks/snd_signal.py --report-only    # docs/snd_signal.md + PNG from the committed summaries
 
@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from benchmarks.lanes import code_commit  # noqa: E402  (the checkout's commit, recorded in each summary)
 from common.run.logger import read_metrics  # noqa: E402
 
-MODULES = ("rnd", "snd-v", "snd-std", "snd-vic")
+#: ICM was added with issue 29 (its Mario runs come after the Mario lanes of docs/mario_learning.md)
+MODULES = ("rnd", "snd-v", "snd-std", "snd-vic", "icm")
 SEEDS = 2
 #: the run's sizes: 2 envs x 128 steps per update, 4 epochs x 4 minibatches, 120 updates
 SIZES = {"num_processes": 2, "num_local_steps": 128, "num_epochs": 4, "batch_size": 4, "num_global_steps": 30_720}
