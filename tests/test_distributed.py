@@ -219,6 +219,21 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
 
 
 @pytest.mark.slow
+def test_inverse_dynamics_modules_stay_identical_over_two_ranks(tmp_path):
+    """ICM's encoder and heads (one layer, ``networks()``) start from rank 0's weights and their
+    gradients are averaged: after every update both ranks hold the same parameters."""
+    proc = launch(tmp_path, ["--intrinsic", "icm", "--num-global-steps", "256", "--eval-interval", "0"])
+    out, _ = proc.communicate(timeout=300)
+    logs = [rank_log(tmp_path, r) for r in (0, 1)]
+    assert proc.returncode == 0, out[-3000:] + logs[0][-2000:] + logs[1][-2000:]
+    digests = [{int(m[1]): m[2:] for m in DIGEST.findall(log)} for log in logs]
+    assert sorted(digests[0]) == sorted(digests[1]) == [1, 2], logs
+    for update in (1, 2):
+        assert digests[0][update][:2] == digests[1][update][:2], update  # parameters and statistics
+    assert digests[0][2][0] != digests[0][1][0]  # and they trained
+
+
+@pytest.mark.slow
 def test_a_killed_rank_ends_the_others_with_a_clear_error(tmp_path):
     proc = launch(tmp_path, ["--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "0"], "k")
     try:

@@ -80,6 +80,10 @@ class IntrinsicModule:
         """Target-network features ``float32[B, D]`` (for the embedding view)."""
         raise NotImplementedError
 
+    def networks(self) -> list:
+        """The module's ``nn.Layer``s (data-parallel ranks start from rank 0's weights of these)."""
+        return []
+
     def state_dict(self) -> dict:
         raise NotImplementedError
 
@@ -103,6 +107,9 @@ class NoIntrinsic(IntrinsicModule):
 
     def features(self, obs):
         return np.zeros((len(obs), 0), dtype=np.float32)
+
+    def networks(self):
+        return []
 
     def state_dict(self):
         return {}

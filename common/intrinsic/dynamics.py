@@ -98,6 +98,9 @@ class InverseDynamicsModule(NormalizedInputModule):
     def reset_optimizers(self) -> None:
         self.opt = self._adam()
 
+    def networks(self) -> list:
+        return [self.nets]
+
     # ---- features -------------------------------------------------------------------
     @paddle.no_grad()
     def features(self, obs: np.ndarray) -> np.ndarray:

@@ -61,6 +61,10 @@ class DistillationModule(NormalizedInputModule):
         """Fresh optimizers (no moments), as before the first update."""
         self.predictor_opt = self._adam(self.lr, self.predictor.parameters())
 
+    def networks(self) -> list:
+        heads = getattr(self, "heads", None)  # SND's extra target-side layers
+        return [self.target, self.predictor] + ([heads] if heads is not None else [])
+
     # ---- reward ---------------------------------------------------------------------
     def _target_features(self, x: paddle.Tensor) -> paddle.Tensor:
         return self.target(x)

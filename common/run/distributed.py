@@ -266,9 +266,7 @@ class World:
         if hasattr(intrinsic, "obs_rms"):
             intrinsic.obs_rms.sync = self.pooled_moments
         trainer.int_scale.rms.sync = self.pooled_moments
-        self.broadcast_layers(
-            trainer.policy, *(getattr(intrinsic, name, None) for name in ("target", "predictor", "heads"))
-        )
+        self.broadcast_layers(trainer.policy, *intrinsic.networks())
 
     def check_checkpoint(self, state: dict, path: str, allow_change: bool) -> None:
         """Refuse a checkpoint written by a run of another world size, unless ``allow_change``."""
