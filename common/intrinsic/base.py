@@ -108,9 +108,6 @@ class NoIntrinsic(IntrinsicModule):
     def features(self, obs):
         return np.zeros((len(obs), 0), dtype=np.float32)
 
-    def networks(self):
-        return []
-
     def state_dict(self):
         return {}
 
@@ -125,9 +122,9 @@ def episode_rewards(module: IntrinsicModule, stacks: np.ndarray, actions: np.nda
     The episode is scored as a rollout of one env with a fresh episodic memory (the module's
     memory of its training envs, if any, is forgotten: use a copy of the trainer's module)."""
     steps = len(stacks) - 1
-    actions = np.asarray(actions, dtype=np.int64).reshape(steps, 1)
     if steps <= 0:
         return np.zeros(0, np.float32)
+    actions = np.asarray(actions, dtype=np.int64).reshape(steps, 1)
     obs = stacks[:, None]
     module.reset_episodes()
     rewards = module.rollout_reward(obs, obs[1:], actions, np.zeros((steps, 1), np.float32))
