@@ -96,7 +96,7 @@ def main(argv=None):
         help="updates of the long run (40: 36 updates of signal against the start-up's noise; it was 16 up to "
         "2026-12-01 17:30, when RND's own cost varied 0.35-0.49 ms per frame between the rounds of one run)",
     )
-    p.add_argument("--quick", action="store_true", help="CI-sized: RND and SND-V, 1 round, 1 vs 2 updates")
+    p.add_argument("--quick", action="store_true", help="CI-sized: RND and SND-V, 1 round, 1 vs 3 updates")
     p.add_argument("--result", default=None, help=f"where the JSON goes (default {RESULT}; --quick: a temp folder)")
     p.add_argument("--report-only", action="store_true", help="print the table of the saved result")
     args = p.parse_args(argv)
@@ -107,7 +107,7 @@ def main(argv=None):
         p.error(f"--long {args.long} must be larger than --short {args.short}")
     methods, rounds, short, long = METHODS, args.rounds, args.short, args.long
     if args.quick:
-        methods, rounds, short, long = ("rnd", "snd-v"), 1, 1, 2
+        methods, rounds, short, long = ("rnd", "snd-v"), 1, 1, 3
     result_path = args.result or (os.path.join(tempfile.mkdtemp(), "intrinsic_cost.json") if args.quick else RESULT)
     if not args.report_only:
         with tempfile.TemporaryDirectory() as out:

@@ -124,7 +124,7 @@ def test_checkpoints_from_another_game_or_network_are_refused(tmp_path):
         (["--world", "9"], "invalid choice: 9"),
         (["--stage", "0"], "invalid choice: 0"),
         (["--action-type", "jump"], "invalid choice: 'jump'"),
-        (["--intrinsic", "icm"], "invalid choice: 'icm'"),
+        (["--intrinsic", "ngu"], "invalid choice: 'ngu'"),
         (["--update-proportion", "0"], "--update-proportion 0.0 is invalid"),
         (["--num-local-steps", "10", "--num-processes", "3", "--batch-size", "4"], "a divisor of"),
     ],
