@@ -51,7 +51,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
-from benchmarks.lanes import code_commit, write_json_atomic  # noqa: E402
+from benchmarks.lanes import carry_nice_into_session, code_commit, write_json_atomic  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
@@ -612,6 +612,7 @@ def main(argv=None):
     p.add_argument("--docs", default=None, help="where exploration.md/.png go (default: docs; --quick: <out>)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot from the summaries")
     args = p.parse_args(argv)
+    carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs} is invalid: expected a positive integer")
     plan = QUICK_PLAN if args.quick else PLAN

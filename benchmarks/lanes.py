@@ -32,6 +32,32 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
+def carry_nice_into_session(pid=None):
+    """Give the CPU-time group of a session the nice value of its process; returns the value set, or None.
+
+    Linux shares CPU time between sessions first ("autogroup") and only then between the processes
+    of a session, so a lane started with ``setsid nice -n 5 ...`` (or a run the lane starts in a session
+    of its own) competes at full weight with a test suite in another terminal: its nice value counts only
+    against its own session's processes. Writing the value into ``/proc/<pid>/autogroup`` makes the whole
+    session yield as ``nice`` promised. ``pid`` None means this process, and then only when it leads its
+    own session (an interactive terminal's group is left alone). Nothing happens at nice <= 0 or where
+    the kernel has no autogroup.
+    """
+    if pid is None:
+        if os.getsid(0) != os.getpid():
+            return None
+        pid = os.getpid()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+        if nice <= 0:
+            return None
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:  # no autogroup (other kernels, other systems), or the process has gone
+        return None
+    return nice
+
+
 def numbered_checkpoints(run_dir, prefix):
     """``[(number, path)]`` of ``run_dir/models/<prefix>_<number>.pdparams``, oldest first."""
     found = []

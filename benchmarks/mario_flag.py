@@ -297,6 +297,7 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
                 proc = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
                 )
+                lanes.carry_nice_into_session(proc.pid)  # a new session would otherwise ignore `nice` (autogroup)
                 running.append(_Running(level, method, seed, proc, log, update))
                 print(f"[{time.strftime('%H:%M:%S')}] start {name}" + (f" from update {update}" if ckpt else ""))
             time.sleep(2)
@@ -491,6 +492,7 @@ def main(argv=None):
         "--state", default=LANE_STATE, help="folder of the packed resume state (restored when a run is missing)"
     )
     args, extra = p.parse_known_args(argv)  # anything else goes to mario/train.py (checks, e.g. a small budget)
+    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     if args.pack_state:
         pack_state(args.out, args.results, args.state)
         return 0

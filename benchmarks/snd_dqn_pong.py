@@ -600,6 +600,7 @@ def main(argv=None):
     )
     p.add_argument("--extra", default="", help="more pong/train.py flags for every run, one string")
     args = p.parse_args(argv)
+    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     for name in ("seeds", "train_steps", "evals", "jobs"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: expected a positive integer")

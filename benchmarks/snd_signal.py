@@ -37,7 +37,7 @@ if ROOT not in sys.path:
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from benchmarks.lanes import code_commit  # noqa: E402  (the checkout's commit, recorded in each summary)
+from benchmarks.lanes import carry_nice_into_session, code_commit  # noqa: E402  (code_commit: recorded in each summary)
 from common.run.logger import read_metrics  # noqa: E402
 
 #: ICM was added with issue 29 (its Mario runs come after the Mario lanes of docs/mario_learning.md)
@@ -224,6 +224,7 @@ def main(argv=None):
     p.add_argument("--docs", default=None, help="where snd_signal.md/.png go (default: docs)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the summaries")
     args = p.parse_args(argv)
+    carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     out = args.out or os.path.join(ROOT, "runs", "snd_signal-quick" if args.quick else "snd_signal")
     results = args.results or (os.path.join(out, "results") if args.quick else RESULTS)
     docs = args.docs or (out if args.quick else os.path.join(ROOT, "docs"))

@@ -69,6 +69,22 @@ def test_prune_keeps_the_newest_two(tmp_path):
     assert sorted(os.listdir(os.path.join(run_dir, "models"))) == ["mario_1_1_4.pdparams", "mario_1_1_5.pdparams"]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="the kernel has no autogroup")
+def test_a_run_in_its_own_session_keeps_its_nice_value_against_other_sessions():
+    # A new session starts a CPU-time group at nice 0 whatever its process's nice: the lane carries it over.
+    proc = subprocess.Popen(["nice", "-n", "7", "sleep", "30"], start_new_session=True)
+    try:
+        deadline = time.time() + 10
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) != 7 and time.time() < deadline:
+            time.sleep(0.01)  # until `nice` has exec'ed sleep
+        assert "nice 0" in open(f"/proc/{proc.pid}/autogroup").read()
+        assert lanes.carry_nice_into_session(proc.pid) == 7
+        assert "nice 7" in open(f"/proc/{proc.pid}/autogroup").read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_summary_finds_the_first_flag_and_the_hours_to_it(tmp_path):
     out = str(tmp_path)
     _run_folder(out, updates=6, flag_at=4, torn=False)
