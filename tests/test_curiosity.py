@@ -116,6 +116,34 @@ def test_icm_logs_its_terms_and_its_total_is_the_papers_weighting():
     assert out["icm_total"] == pytest.approx((1 - ICM_BETA) * out["icm_inverse"] + ICM_BETA * out["icm_forward"])
 
 
+def test_icm_features_learn_from_the_inverse_model_only():
+    """The forward loss trains the forward model but never reaches the encoder (a gradient there shrinks the
+    features and, under the trainer's reward scaling, silences the reward): the encoder's gradient of the
+    whole loss equals that of (1 - beta) * the inverse loss alone."""
+    m = module("icm", num_actions=ACTIONS)
+    obs, next_obs, actions, dones = rollout()
+    m.observe(obs.reshape(-1, *SHAPE))
+    batch = minibatch(obs, next_obs, actions, dones)
+    acts = paddle.to_tensor(batch["actions"].astype(np.int64))
+
+    def encoder_grads(whole: bool):
+        m.nets.clear_gradients()
+        phi_now, phi_next = paddle.split(
+            m.nets.encoder(m.normalize(np.concatenate([batch["obs"], batch["next_obs"]]))), 2
+        )
+        inverse = inverse_loss(m.nets.inverse(paddle.concat([phi_now, phi_next], axis=1)), acts)
+        loss = m.losses(phi_now, phi_next, acts, inverse)[0] if whole else (1 - ICM_BETA) * inverse
+        loss.backward()
+        forward_grad = m.nets.forward_model[0].weight.grad
+        return [p.grad.numpy().copy() for p in m.nets.encoder.parameters()], forward_grad
+
+    whole, forward_grad = encoder_grads(True)
+    assert forward_grad is not None and np.abs(forward_grad.numpy()).max() > 0  # the forward model does learn
+    inverse_only, _ = encoder_grads(False)
+    for a, b in zip(whole, inverse_only):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("name", ["icm", "e3b"])
 def test_the_inverse_model_learns_which_action_changed_the_frame(name):
     """Next frame = this frame with the action's code written into a fixed cell: learnable from the pair."""

@@ -11,8 +11,14 @@ inverse loss::
 
     L = (1 - beta) * L_inverse + beta * L_forward,   L_forward = mean over the batch of 1/2 ||f - phi(s')||^2
 
-As in the paper's code, the forward loss also trains the encoder (no stop-gradient on phi);
-the inverse loss keeps the features from collapsing. The paper's remaining constants belong
+The forward loss trains the forward model only: phi is learned by the inverse model alone (the
+forward model sees it through a stop-gradient), as in Burda et al.'s large-scale curiosity study
+(arXiv 1808.04355, "IDF" features), not as in the ICM paper's code, where the forward loss also
+trains the encoder. Under this project's reward scaling (the running std of the discounted
+intrinsic return over the whole run) that gradient is fatal: it shrinks the features, and with
+them the raw reward, by orders of magnitude within the first updates, and the early,
+large rewards then hold the running std so high that the scaled reward all but vanishes
+(docs/intrinsic_modules.md gives the measurement). The paper's remaining constants belong
 to its A3C agent, not to ICM: the reward scale eta = 0.01 is replaced here by the trainer's
 normalization (the running std of the discounted intrinsic return, as for every module), and
 its lambda = 0.1 (policy loss against ICM loss in one objective) does not arise because the
@@ -53,7 +59,8 @@ class ICM(InverseDynamicsModule):
         return self.nets.forward_model(paddle.concat([phi_now, one_hot], axis=1))
 
     def losses(self, phi_now, phi_next, actions, inverse):
-        forward = forward_error(self.predict_next(phi_now, actions), phi_next).mean()
+        # the forward model fits the features; it does not move them (the encoder learns from ``inverse``)
+        forward = forward_error(self.predict_next(phi_now.detach(), actions), phi_next.detach()).mean()
         total = (1.0 - ICM_BETA) * inverse + ICM_BETA * forward
         return total, {"inverse": inverse, "forward": forward, "total": total}
 
