@@ -14,7 +14,7 @@ away) continues from its newest numbered checkpoint, its ``metrics.jsonl`` cut b
 checkpoint first; only the newest two checkpoints are kept. Each start and end of a run's
 process is appended to ``<out>/<run name>.segments.jsonl`` (time, commit, steps), so a summary
 can say what ran when. A run longer than one machine's life continues on the next: ``--pack-state``
-copies its newest checkpoint (if at most 12 MB: plain PPO's; RND's 41 MB stay behind), config,
+copies its newest checkpoint (if at most 12 MB: plain PPO's; RND's 41 MB with ``--pack-max-mb 48``), config,
 metrics and segments into ``benchmarks/lane_state/mario_flag/`` to be committed, and a later
 invocation that finds no folder for the run restores them and resumes from that checkpoint.
 
@@ -67,7 +67,7 @@ CURVE_BIN = 50_000  # agent steps per point of the training-episode curves
 RESULTS = os.path.join(ROOT, "docs", "results", "mario_flag")
 #: unfinished runs' resume state, committed so that a run outlives the machine it ran on (``--pack-state``)
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_flag")
-PACK_MAX_MB = 12.0  # a plain PPO checkpoint (policy + Adam) is ~7.5 MB; an RND one (~41 MB) stays on its machine
+PACK_MAX_MB = 12.0  # a plain PPO checkpoint (policy + Adam) is ~7.5 MB; an RND one (~41 MB) only with --pack-max-mb
 PACKED_FILES = ("config.json", "metrics.jsonl")
 DOCS = os.path.join(ROOT, "docs")
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
@@ -486,15 +486,25 @@ def main(argv=None):
     p.add_argument(
         "--pack-state",
         action="store_true",
-        help=f"copy the unfinished runs' resume state (checkpoints up to {PACK_MAX_MB:g} MB) into --state, to commit",
+        help="copy the unfinished runs' resume state (checkpoints up to --pack-max-mb) into --state, to commit",
     )
     p.add_argument(
         "--state", default=LANE_STATE, help="folder of the packed resume state (restored when a run is missing)"
     )
+    p.add_argument(
+        "--pack-max-mb",
+        type=float,
+        default=PACK_MAX_MB,
+        help="with --pack-state: the largest checkpoint packed. An RND run's (~41 MB) needs 48; every commit of "
+        "one adds that much to the repository's history for good, so pack an RND run only when its sitting "
+        "ends before it does (a 4M-step run is ~12 hours here: longer than any sitting so far)",
+    )
     args, extra = p.parse_known_args(argv)  # anything else goes to mario/train.py (checks, e.g. a small budget)
     lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
+    if args.pack_max_mb <= 0:
+        p.error(f"--pack-max-mb {args.pack_max_mb:g} is invalid: expected a positive size in MB")
     if args.pack_state:
-        pack_state(args.out, args.results, args.state)
+        pack_state(args.out, args.results, args.state, args.pack_max_mb)
         return 0
     if args.status:
         for s in load_summaries(args.results):

@@ -164,6 +164,14 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     assert [e["event"] for e in bench.read_segments(fresh, name)] == ["start"]
     assert bench.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     assert bench.pack_state(out, results, str(tmp_path / "small"), max_mb=1e-4) == []  # too big: stays here
+    # the command line's limit reaches pack_state (an RND checkpoint needs more than the default)
+    argv = ["--pack-state", "--out", out, "--results", results, "--state", str(tmp_path / "cli")]
+    bench.main(argv + ["--pack-max-mb", "1e-4"])
+    assert not os.path.exists(os.path.join(tmp_path, "cli", name))
+    bench.main(argv + ["--pack-max-mb", "1"])
+    assert os.path.exists(os.path.join(tmp_path, "cli", name, "models", "mario_1_1_4.pdparams"))
+    with pytest.raises(SystemExit):
+        bench.main(argv + ["--pack-max-mb", "0"])
     os.makedirs(results)
     with open(bench.summary_path(results, "1-1", "rnd", 0), "w") as f:
         json.dump({"status": "flag"}, f)
