@@ -51,7 +51,13 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
-from benchmarks.lanes import carry_nice_into_session, code_commit, write_json_atomic  # noqa: E402
+from benchmarks.lanes import (  # noqa: E402
+    carry_nice_into_session,
+    code_commit,
+    interrupt_on_sigterm,
+    stop_runs,
+    write_json_atomic,
+)
 from common.run.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
@@ -266,41 +272,48 @@ def run_suite(todo, out, results, jobs):
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     pending, running, failed = list(todo), [], []
     t_start = time.time()
-    while pending or running:
-        while pending and len(running) < jobs:
-            task, method, seed, frames = pending.pop(0)
-            name = run_name(task, method, seed)
-            argv = command(task, method, seed, frames, out)
-            os.makedirs(out, exist_ok=True)
-            if os.path.isdir(os.path.join(out, name)):  # a run cut short: start it again from scratch
-                import shutil
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                task, method, seed, frames = pending.pop(0)
+                name = run_name(task, method, seed)
+                argv = command(task, method, seed, frames, out)
+                os.makedirs(out, exist_ok=True)
+                if os.path.isdir(os.path.join(out, name)):  # a run cut short: start it again from scratch
+                    import shutil
 
-                shutil.rmtree(os.path.join(out, name))
-            log = open(os.path.join(out, name + ".log"), "w")
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            running.append(((task, method, seed, frames), argv, proc, log, time.time(), code_commit()))
-            print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)", flush=True)
-        time.sleep(2)
-        for item in list(running):
-            (task, method, seed, frames), argv, proc, log, t0, commit = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            log.close()
-            secs = time.time() - t0
-            name = run_name(task, method, seed)
-            if proc.returncode == 0:
-                summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv, commit)
-                write_json_atomic(summary_path(results, task, method, seed), summary)
-                note = f"success at budget {summary['success_at_budget']:.2f}"
-            else:
-                failed.append(name)
-                note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
-            print(
-                f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
-                f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
-                flush=True,
-            )
+                    shutil.rmtree(os.path.join(out, name))
+                log = open(os.path.join(out, name + ".log"), "w")
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                running.append(((task, method, seed, frames), argv, proc, log, time.time(), code_commit()))
+                print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)", flush=True)
+            time.sleep(2)
+            for item in list(running):
+                (task, method, seed, frames), argv, proc, log, t0, commit = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                log.close()
+                secs = time.time() - t0
+                name = run_name(task, method, seed)
+                if proc.returncode == 0:
+                    summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv, commit)
+                    write_json_atomic(summary_path(results, task, method, seed), summary)
+                    note = f"success at budget {summary['success_at_budget']:.2f}"
+                else:
+                    failed.append(name)
+                    note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
+                    f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
+                    flush=True,
+                )
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs stop too, no orphans
+        stop_runs([item[2] for item in running])
+        for item in running:
+            item[3].close()
+        print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
+        raise
     return failed
 
 
@@ -644,4 +657,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    interrupt_on_sigterm()  # `kill` stops the runs too, as Ctrl-C does
     main()

@@ -4,13 +4,17 @@ A long benchmark (``snd_dqn_pong.py``, ``mario_flag.py``) runs trainers as subpr
 a separate clone, for hours. Each run resumes from its newest numbered checkpoint after a stop
 (its ``metrics.jsonl`` cut back to that checkpoint first, so nothing is logged twice), only the
 newest few checkpoints are kept, and each run's small summary is written atomically as JSON.
+Stopping a benchmark, with Ctrl-C or with ``kill`` (SIGTERM), stops its runs with it: each gets SIGINT,
+saves, and is waited for, so no run goes on as an orphan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
+import signal
 import tempfile
 
 import numpy as np
@@ -56,6 +60,36 @@ def carry_nice_into_session(pid=None):
     except OSError:  # no autogroup (other kernels, other systems), or the process has gone
         return None
     return nice
+
+
+def interrupt_on_sigterm():
+    """Make SIGTERM raise ``KeyboardInterrupt`` in this (main) thread, as Ctrl-C does.
+
+    A benchmark stopped with ``kill`` would otherwise die at once and leave its runs going on as
+    orphans, holding the CPU with no one to summarize them; this way the benchmark's own
+    ``except KeyboardInterrupt`` passes the stop on (``stop_runs``) and waits for them."""
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def stop_runs(procs):
+    """Send SIGINT to each ``subprocess.Popen`` still running (a trainer finishes its step, saves and
+    exits 130), then wait for all of them; returns their return codes. A second Ctrl-C or SIGTERM
+    while waiting does not cut the wait short (each run still gets to save)."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+    codes = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait())
+        except KeyboardInterrupt:
+            codes.append(proc.wait())
+    return codes
 
 
 def numbered_checkpoints(run_dir, prefix):

@@ -28,13 +28,11 @@ are skipped. ``--report-only`` rebuilds the results block of ``docs/mario_learni
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -330,11 +328,8 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
                 if rc in SIGNAL_EXIT.values():  # stopped from outside: the benchmark stops too
                     pending.clear()
     except KeyboardInterrupt:  # pass it on to each run (they finish the step and save); wait for them
+        lanes.stop_runs([r.proc for r in running])
         for r in running:
-            with contextlib.suppress(ProcessLookupError):
-                r.proc.send_signal(signal.SIGINT)
-        for r in running:
-            r.proc.wait()
             segment_event(out, r.name, event="end", returncode=r.proc.returncode)
             lanes.write_json_atomic(
                 summary_path(results, r.level, r.method, r.seed),
@@ -523,4 +518,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    lanes.interrupt_on_sigterm()  # `kill` stops the runs too (they save), as Ctrl-C does
     sys.exit(main())

@@ -221,51 +221,57 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
     ]
     print(f"{len(todo)} runs to do ({steps:,} train steps each); summaries in {results}", flush=True)
     pending, running, failed = list(todo), [], []
-    while pending or running:
-        while pending and len(running) < jobs:
-            agent, seed = pending.pop(0)
-            threads = 1 if jobs > 1 and (pending or running) else 0
-            run_dir = os.path.join(out, run_name(agent, seed))
-            ckpt, done_steps = newest_checkpoint(run_dir)
-            if ckpt is None and os.path.isdir(run_dir):
-                shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
-            elif ckpt is not None:
-                cut_metrics(run_dir, done_steps)
-                print(f"resuming {run_name(agent, seed)} from {ckpt} ({done_steps:,} train steps)", flush=True)
-            argv = command(agent, seed, steps, evals, out, extra, ckpt, threads)
-            os.makedirs(out, exist_ok=True)
-            log = open(os.path.join(out, run_name(agent, seed) + ".log"), "a")
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-            running.append(_Running(agent, seed, argv, proc, log, time.time(), done_steps, threads))
-            cores = "1 thread" if threads == 1 else "all cores"
-            print(f"[{time.strftime('%H:%M:%S')}] start {run_name(agent, seed)} on {cores}", flush=True)
-        time.sleep(1)
-        for r in list(running):
-            name = run_name(r.agent, r.seed)
-            if r.proc.poll() is None:
-                prune_checkpoints(os.path.join(out, name))
-                continue
-            running.remove(r)
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                agent, seed = pending.pop(0)
+                threads = 1 if jobs > 1 and (pending or running) else 0
+                run_dir = os.path.join(out, run_name(agent, seed))
+                ckpt, done_steps = newest_checkpoint(run_dir)
+                if ckpt is None and os.path.isdir(run_dir):
+                    shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
+                elif ckpt is not None:
+                    cut_metrics(run_dir, done_steps)
+                    print(f"resuming {run_name(agent, seed)} from {ckpt} ({done_steps:,} train steps)", flush=True)
+                argv = command(agent, seed, steps, evals, out, extra, ckpt, threads)
+                os.makedirs(out, exist_ok=True)
+                log = open(os.path.join(out, run_name(agent, seed) + ".log"), "a")
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                running.append(_Running(agent, seed, argv, proc, log, time.time(), done_steps, threads))
+                cores = "1 thread" if threads == 1 else "all cores"
+                print(f"[{time.strftime('%H:%M:%S')}] start {run_name(agent, seed)} on {cores}", flush=True)
+            time.sleep(1)
+            for r in list(running):
+                name = run_name(r.agent, r.seed)
+                if r.proc.poll() is None:
+                    prune_checkpoints(os.path.join(out, name))
+                    continue
+                running.remove(r)
+                r.log.close()
+                secs = time.time() - r.started
+                if r.widening and r.proc.returncode == SIGTERM_EXIT:
+                    pending.insert(0, (r.agent, r.seed))
+                    print(f"[{time.strftime('%H:%M:%S')}] stopped {name} to restart it on all cores", flush=True)
+                    continue
+                if r.proc.returncode == 0:
+                    summary = summarize_run(os.path.join(out, name), r.agent, r.seed, steps, secs, r.argv)
+                    if r.resumed_at:  # this process ran only part of the run: rate from the steps it did
+                        summary["resumed_at"] = r.resumed_at
+                        summary["train_steps_per_sec"] = round((steps - r.resumed_at) / max(secs, 1e-9), 2)
+                    write_json_atomic(os.path.join(results, name + ".json"), summary)
+                    note = f"eval return at the end {summary['eval_return_at_end']}"
+                else:
+                    failed.append(name)
+                    note = f"FAILED rc={r.proc.returncode}, see {os.path.join(out, name + '.log')}"
+                print(f"[{time.strftime('%H:%M:%S')}] done {name} in {secs:.0f} s: {note}", flush=True)
+            if not pending and len(running) == 1 and running[0].threads == 1 and not running[0].widening:
+                running[0].widening = True
+                running[0].proc.send_signal(signal.SIGTERM)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs save and stop too
+        lanes.stop_runs([r.proc for r in running])
+        for r in running:
             r.log.close()
-            secs = time.time() - r.started
-            if r.widening and r.proc.returncode == SIGTERM_EXIT:
-                pending.insert(0, (r.agent, r.seed))
-                print(f"[{time.strftime('%H:%M:%S')}] stopped {name} to restart it on all cores", flush=True)
-                continue
-            if r.proc.returncode == 0:
-                summary = summarize_run(os.path.join(out, name), r.agent, r.seed, steps, secs, r.argv)
-                if r.resumed_at:  # this process ran only part of the run: rate from the steps it did
-                    summary["resumed_at"] = r.resumed_at
-                    summary["train_steps_per_sec"] = round((steps - r.resumed_at) / max(secs, 1e-9), 2)
-                write_json_atomic(os.path.join(results, name + ".json"), summary)
-                note = f"eval return at the end {summary['eval_return_at_end']}"
-            else:
-                failed.append(name)
-                note = f"FAILED rc={r.proc.returncode}, see {os.path.join(out, name + '.log')}"
-            print(f"[{time.strftime('%H:%M:%S')}] done {name} in {secs:.0f} s: {note}", flush=True)
-        if not pending and len(running) == 1 and running[0].threads == 1 and not running[0].widening:
-            running[0].widening = True
-            running[0].proc.send_signal(signal.SIGTERM)
+        raise
     return failed
 
 
@@ -632,4 +638,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    lanes.interrupt_on_sigterm()  # `kill` stops the runs too (they save), as Ctrl-C does
     main()

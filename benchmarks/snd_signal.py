@@ -37,7 +37,12 @@ if ROOT not in sys.path:
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from benchmarks.lanes import carry_nice_into_session, code_commit  # noqa: E402  (code_commit: recorded in each summary)
+from benchmarks.lanes import (  # noqa: E402  (code_commit: recorded in each summary)
+    carry_nice_into_session,
+    code_commit,
+    interrupt_on_sigterm,
+    stop_runs,
+)
 from common.run.logger import read_metrics  # noqa: E402
 
 #: ICM was added with issue 29 (its Mario runs come after the Mario lanes of docs/mario_learning.md)
@@ -124,7 +129,12 @@ def run_all(todo, out, results):
         print(f"[{time.strftime('%H:%M:%S')}] start {name}", flush=True)
         t0, commit = time.time(), code_commit()
         with open(os.path.join(out, name + ".log"), "w") as log:
-            rc = subprocess.call(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM (lanes.interrupt_on_sigterm): the run saves and stops too
+                stop_runs([proc])
+                raise
         if rc != 0:
             print(f"  FAILED (exit {rc}), see {os.path.join(out, name + '.log')}", flush=True)
             continue
@@ -243,4 +253,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    interrupt_on_sigterm()  # `kill` stops the run too, as Ctrl-C does
     main()

@@ -119,3 +119,28 @@ def test_snd_versus_rnd_verdict_is_read_at_the_precision_shown():
     assert "PPO+SND-VIC 1.00 (n=3, level with RND" in line
     assert "PPO+SND-V 0.93 (n=3, below" in line
     assert "PPO+SND-STD 1.00 (n=3, level with RND" in line  # 1.000 vs 0.999: equal at 2 decimals
+
+
+@pytest.mark.slow
+def test_kill_stops_the_suite_and_its_run_together(tmp_path):
+    """SIGTERM to the benchmark alone (``kill <pid>``, not a terminal's Ctrl-C to the whole group): the
+    run it started stops too, instead of going on as an orphan, and no summary is written for it."""
+    import signal
+    import time
+
+    out = tmp_path / "suite"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
+    suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = out / "doorkey5_none_seed0.log"
+    deadline = time.time() + 120
+    while not log.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert log.exists(), "the suite never started its first run"
+    children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
+    assert children, "the run is not the suite's child"
+    suite.send_signal(signal.SIGTERM)
+    output = suite.communicate(timeout=120)[0]
+    assert suite.returncode != 0 and "run(s) cut short" in output
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}"), f"run {pid} outlived the suite"
+    assert not (out / "results" / "doorkey5_none_seed0.json").exists()
