@@ -139,6 +139,8 @@ PLAN = (
     # the pilot that picks suite v3's harder task: RND seed 0 on each candidate (the second only if
     # RND reaches 0.5 on the first); the chosen task's cell (5 methods x 3 seeds) is added after it
     ("keycorridor4", ("rnd",), 1),
+    # RND reached 0.83 on KeyCorridorS4R3 (2026-12-03), so the plan's second candidate gets its pilot
+    ("obstructed1", ("rnd",), 1),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames
