@@ -72,6 +72,9 @@ def test_plan_order_and_budgets():
         assert len(cells[(task, "none")]) == len(cells[(task, "rnd")]) == 5
         assert all(len(cells[(task, m)]) >= 3 for m in ("snd-v", "snd-std", "snd-vic"))
     assert len(runs) == len(set((t, m, s) for t, m, s, _ in runs))
+    # a pilot counts as seed 0 of its task's cell: it runs once, before the cell
+    pilot = runs.index(("obstructed1", "rnd", 0, exploration.TASKS["obstructed1"][1]))
+    assert runs[pilot + 1][:3] == ("obstructed1", "none", 0)
 
 
 @pytest.mark.slow
