@@ -517,10 +517,18 @@ def markdown(summaries, plan) -> str:
 
 README_START, README_END = "<!-- readme-exploration:start -->", "<!-- readme-exploration:end -->"
 #: the README's table: the main methods, and the words of each README
-README_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
+README_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b")
 README_WORDS = {
-    "README.md": ("task (frames)", "not run yet", "mean success at budget (seeds at 0.5 or more / seeds)"),
-    "README_cn.md": ("任务（帧数）", "尚未运行", "预算末的平均成功率（成功率达到 0.5 的种子数 / 种子数）"),
+    "README.md": (
+        "task (frames)",
+        "not run yet",
+        "mean success at budget (seeds at 0.5 or more / seeds); -: not in the suite's plan",
+    ),
+    "README_cn.md": (
+        "任务（帧数）",
+        "尚未运行",
+        "预算末的平均成功率（成功率达到 0.5 的种子数 / 种子数）；-：不在计划之内",
+    ),
 }
 
 
@@ -539,7 +547,10 @@ def readme_table(summaries, plan, words) -> str:
         for m in README_METHODS:
             runs = summaries.get((task, m), [])
             succ = np.array([r["success_at_budget"] for r in runs])
-            cells.append(f"{succ.mean():.2f} ({(succ >= HALF).sum()}/{len(runs)})" if runs else missing)
+            planned_here = any(t == task and m in ms for t, ms, _ in plan)
+            cells.append(
+                f"{succ.mean():.2f} ({(succ >= HALF).sum()}/{len(runs)})" if runs else missing if planned_here else "-"
+            )
         name = env_id.removeprefix("MiniGrid-").removesuffix("-v0")
         lines.append(f"| {name} ({frames / 1e6:.1f}M) | " + " | ".join(cells) + " |")
     lines += ["", f"({legend})", README_END]
