@@ -91,3 +91,28 @@ def montezuma_run(tmp_path_factory):
     result = main(MONTEZUMA_FLAGS + ["--log-path", str(runs), "--run-name", "montezuma_short"])
     assert result["update"] == 1 and os.path.exists(result["checkpoint"])
     return runs, result
+
+
+def tiny_grid_run(tmp_path, **overrides) -> dict:
+    """``Trainer.train()``'s result of a tiny in-process MiniGrid run (DoorKey-5x5, 4 envs x 16 steps, 2
+    updates, no evaluation, videos or periodic checkpoints) under ``tmp_path``; ``overrides`` are
+    GridConfig fields."""
+    from common.ppo.trainer import Trainer
+    from gridworld.train import SPEC, GridConfig
+
+    fields = dict(
+        num_processes=4,
+        num_local_steps=16,
+        batch_size=2,
+        num_epochs=1,
+        num_global_steps=128,
+        obs_norm_steps=2,
+        eval_interval=0,
+        video_interval=0,
+        save_interval=0,
+        histogram_interval=0,
+        log_path=str(tmp_path),
+        run_name="tiny",
+        seed=1,
+    )
+    return Trainer(SPEC, GridConfig(**{**fields, **overrides})).train()

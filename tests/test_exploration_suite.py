@@ -152,28 +152,9 @@ def test_kill_stops_the_suite_and_its_run_together(tmp_path):
 @pytest.mark.slow
 def test_bonus_probe_sorts_the_steps_of_a_real_e3b_run(tmp_path):
     import bonus_probe
+    from short_runs import tiny_grid_run
 
-    from common.ppo.trainer import Trainer
-    from gridworld.train import SPEC, GridConfig
-
-    cfg = GridConfig(
-        intrinsic="e3b",
-        num_processes=2,
-        num_local_steps=16,
-        batch_size=2,
-        num_epochs=1,
-        num_global_steps=64,
-        obs_norm_steps=2,
-        eval_interval=0,
-        video_interval=0,
-        save_interval=0,
-        histogram_interval=0,
-        embedding_interval=0,
-        log_path=str(tmp_path),
-        run_name="e3b",
-        seed=1,
-    )
-    checkpoint = Trainer(SPEC, cfg).train()["checkpoint"]
+    checkpoint = tiny_grid_run(tmp_path, intrinsic="e3b", num_processes=2, num_global_steps=64)["checkpoint"]
     result = bonus_probe.probe(checkpoint, episodes=3, max_steps=60)
     assert sum(n for _, n in result.values()) == 3 * 60  # DoorKey-5x5 is not solved by this walk in 60 steps
     assert result["new"][1] > 0 and result["revisit"][1] > 0 and result["turn"][1] > 0

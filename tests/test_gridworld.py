@@ -149,27 +149,11 @@ def test_policy_undoes_the_uint8_scaling_and_one_hot_encodes():
 @pytest.mark.slow
 @pytest.mark.parametrize("intrinsic", ["none", "rnd", "snd-v", "snd-std", "snd-vic"])
 def test_tiny_training_run(tmp_path, intrinsic):
-    from common.ppo.trainer import Trainer
-    from common.run.logger import read_metrics
-    from gridworld.train import SPEC, GridConfig
+    from short_runs import tiny_grid_run
 
-    cfg = GridConfig(
-        intrinsic=intrinsic,
-        num_processes=4,
-        num_local_steps=16,
-        batch_size=2,
-        num_epochs=1,
-        num_global_steps=128,
-        obs_norm_steps=2,
-        eval_interval=2,
-        video_interval=0,
-        save_interval=0,
-        histogram_interval=0,
-        log_path=str(tmp_path),
-        run_name=intrinsic,
-        seed=1,
-    )
-    result = Trainer(SPEC, cfg).train()
+    from common.run.logger import read_metrics
+
+    result = tiny_grid_run(tmp_path, intrinsic=intrinsic, eval_interval=2, run_name=intrinsic)
     assert result["update"] == 2 and os.path.exists(result["checkpoint"])
     metrics = read_metrics(result["run_dir"])
     assert "perf/steps_per_sec" in metrics and "eval/return" in metrics
@@ -179,26 +163,21 @@ def test_tiny_training_run(tmp_path, intrinsic):
 
 @pytest.mark.slow
 def test_play_records_the_greedy_episode(tmp_path):
-    from common.ppo.trainer import Trainer
-    from gridworld.play import main as play_main
-    from gridworld.train import SPEC, GridConfig
+    from short_runs import tiny_grid_run
 
-    cfg = GridConfig(
+    from gridworld.play import main as play_main
+
+    ckpt = tiny_grid_run(
+        tmp_path,
         intrinsic="none",
         num_processes=2,
         num_local_steps=8,
         batch_size=1,
-        num_epochs=1,
         num_global_steps=16,
-        eval_interval=0,
-        video_interval=0,
-        save_interval=0,
-        histogram_interval=0,
-        log_path=str(tmp_path),
+        obs_norm_steps=32,
         run_name="p",
         seed=2,
-    )
-    ckpt = Trainer(SPEC, cfg).train()["checkpoint"]
+    )["checkpoint"]
     out = tmp_path / "play.mp4"
     result = play_main(["--checkpoint", ckpt, "--output", str(out), "--max-steps", "20"])
     assert out.exists() and result["steps"] <= 20 and "success" in result

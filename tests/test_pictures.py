@@ -199,29 +199,19 @@ def test_mario_run_draws_both_pictures(mario_run):
 
 
 def train_gridworld(tmp_path, intrinsic: str, **kw):
-    from common.ppo.trainer import Trainer
-    from gridworld.train import SPEC, GridConfig
+    from short_runs import tiny_grid_run
 
-    cfg = GridConfig(
+    return tiny_grid_run(
+        tmp_path,
         intrinsic=intrinsic,
-        num_processes=4,
-        num_local_steps=16,
-        batch_size=2,
-        num_epochs=1,
-        num_global_steps=128,
-        obs_norm_steps=2,
         eval_interval=1,
         video_interval=2,
         picture_interval=1,
         max_eval_steps=30,
-        save_interval=0,
-        histogram_interval=0,
-        log_path=str(tmp_path),
         run_name=intrinsic,
         seed=3,
         **kw,
     )
-    return Trainer(SPEC, cfg).train()
 
 
 @pytest.mark.slow

@@ -39,26 +39,13 @@ def test_the_zoo_stays_out_of_the_wheel():
 
 @pytest.mark.slow
 def test_export_writes_weights_only_and_a_measured_card(tmp_path):
+    from short_runs import tiny_grid_run
+
     from common.ppo.trainer import Trainer
     from common.run.checkpoint import CheckpointError, load_checkpoint
     from gridworld.train import SPEC, GridConfig
 
-    cfg = GridConfig(
-        num_processes=4,
-        num_local_steps=16,
-        batch_size=2,
-        num_epochs=1,
-        num_global_steps=128,
-        obs_norm_steps=2,
-        eval_interval=0,
-        video_interval=0,
-        save_interval=0,
-        histogram_interval=0,
-        log_path=str(tmp_path),
-        run_name="tiny",
-        seed=1,
-    )
-    result = Trainer(SPEC, cfg).train()
+    result = tiny_grid_run(tmp_path)
     card = zoo.export(
         "gridworld", result["checkpoint"], "tiny-agent", hours=0.001, note="a test", zoo=str(tmp_path), gif=True
     )
