@@ -139,8 +139,11 @@ def test_kill_stops_the_suite_and_its_run_together(tmp_path):
     while not log.exists() and time.time() < deadline:
         time.sleep(0.1)
     assert log.exists(), "the suite never started its first run"
-    children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
-    assert children, "the run is not the suite's child"
+    children = []
+    while not children and time.time() < deadline:  # the log is opened just before the run is spawned
+        children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
+        time.sleep(0.05)
+    assert children, "the suite's run never appeared as its child"
     suite.send_signal(signal.SIGTERM)
     output = suite.communicate(timeout=120)[0]
     assert suite.returncode != 0 and "run(s) cut short" in output
