@@ -274,6 +274,12 @@ def planned(plan, budgets):
     return out
 
 
+def task_methods(plan, task) -> list:
+    """The methods a plan runs on ``task``, in ``METHODS``' order (PPO first, whatever ran first)."""
+    planned_here = {m for t, ms, _ in plan if t == task for m in ms}
+    return [m for m in METHODS if m in planned_here]
+
+
 def run_suite(todo, out, results, jobs):
     """Run (task, method, seed, frames) entries, ``jobs`` at a time; each success writes its summary."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -461,7 +467,7 @@ def markdown(summaries, plan) -> str:
     ]
     for task in tasks:
         env_id, frames, hard = TASKS[task]
-        methods = list(dict.fromkeys(m for t, ms, _ in plan if t == task for m in ms))
+        methods = task_methods(plan, task)
         lines += [
             f"**{env_id}**, {frames:,} frames: {hard}.",
             "",
@@ -594,7 +600,7 @@ def plot(summaries, plan, path):
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for method in dict.fromkeys(m for t, ms, _ in plan if t == task for m in ms):
+        for method in task_methods(plan, task):
             runs = summaries.get((task, method))
             if not runs:
                 continue
