@@ -29,7 +29,7 @@ if ROOT not in sys.path:
 from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.intrinsic.base import episode_rewards  # noqa: E402
 from common.ppo.play import load_policy  # noqa: E402
-from gridworld.env import make_env  # noqa: E402
+from gridworld.env import GridEnv, make_env  # noqa: E402
 from gridworld.train import SPEC  # noqa: E402
 
 TURNS = (0, 1)  # MiniGrid's left, right
@@ -39,6 +39,8 @@ WALK = (0, 1, 2)  # left, right, forward
 def probe(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0) -> dict:
     """{kind: (mean raw reward, steps)} for kind in new / revisit / turn."""
     state, cfg, _ = load_policy(SPEC, checkpoint, "cpu", required=("policy", "intrinsic"))
+    module = intrinsic_for_run(SPEC, cfg, GridEnv.observation_shape)
+    module.set_state_dict(state["intrinsic"])  # scoring learns nothing; episode_rewards resets episodic memory
     rng = np.random.default_rng(seed)
     values = {"new": [], "revisit": [], "turn": []}
     for episode in range(episodes):
@@ -58,8 +60,6 @@ def probe(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0
                     break
         finally:
             env.close()
-        module = intrinsic_for_run(SPEC, cfg, stacks[0].shape)
-        module.set_state_dict(state["intrinsic"])
         for kind, value in zip(kinds, episode_rewards(module, np.stack(stacks), np.array(actions))):
             values[kind].append(float(value))
     return {k: (float(np.mean(v)) if v else float("nan"), len(v)) for k, v in values.items()}

@@ -549,14 +549,14 @@ def readme_table(summaries, plan, words) -> str:
     ]
     for task in tasks:
         env_id, frames, _ = TASKS[task]
-        cells = []
+        cells, here = [], task_methods(plan, task)
         for m in README_METHODS:
             runs = summaries.get((task, m), [])
             succ = np.array([r["success_at_budget"] for r in runs])
-            planned_here = any(t == task and m in ms for t, ms, _ in plan)
-            cells.append(
-                f"{succ.mean():.2f} ({(succ >= HALF).sum()}/{len(runs)})" if runs else missing if planned_here else "-"
-            )
+            if runs:
+                cells.append(f"{succ.mean():.2f} ({(succ >= HALF).sum()}/{len(runs)})")
+            else:
+                cells.append(missing if m in here else "-")
         name = env_id.removeprefix("MiniGrid-").removesuffix("-v0")
         lines.append(f"| {name} ({frames / 1e6:.1f}M) | " + " | ".join(cells) + " |")
     lines += ["", f"({legend})", README_END]
