@@ -7,10 +7,16 @@
 
 Every run is ``gridworld/train.py`` with the game's defaults (the same PPO settings
 for every method) and the task's frame budget, without evaluation, videos,
-embeddings, histograms or intermediate checkpoints; ``--jobs`` runs at a time, one
-CPU thread each. The suite's settings (tasks, budgets, methods, seeds, metrics) are
-the constants below; they were fixed and written into ``docs/exploration.md``
-before the suite ran.
+embeddings or histograms; ``--jobs`` runs at a time, one CPU thread each. A run
+saves a checkpoint every ``SAVE_INTERVAL`` updates (the newest two are kept), and a
+run that was stopped (Ctrl-C, ``kill``, the machine going away) continues from its
+newest one when the suite is started again, its ``metrics.jsonl`` cut back to that
+checkpoint first. A resumed run is not the run its seed would have given unbroken
+(its envs start new episodes at the resume): its summary lists the updates it
+resumed at (``resumed_at_updates``), and its ``seconds`` are its logged wall time.
+The suite's settings (tasks, budgets, methods, seeds, metrics) are the constants
+below; they were fixed and written into ``docs/exploration.md`` before the suite
+ran (the checkpoints came later: they change no setting of a run).
 
 A finished run leaves a small summary, ``<results>/<task>_<method>_seed<k>.json``
 (curve points, the numbers of the tables, wall-clock, action shares, the command
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -55,12 +62,19 @@ from benchmarks.lanes import (  # noqa: E402
     carry_nice_into_session,
     code_commit,
     interrupt_on_sigterm,
+    logged_seconds,
+    prune_checkpoints,
+    read_segments,
+    resume_ppo_run,
+    segment_event,
     stop_runs,
     write_json_atomic,
 )
 from common.run.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
+SAVE_INTERVAL = 100  # updates between a run's checkpoints (1-3 minutes of one core): a stop loses minutes
+KEEP_CHECKPOINTS = 2
 
 #: key -> (env id, frame budget, what makes it hard)
 TASKS = {
@@ -160,14 +174,22 @@ COST_RESULT = os.path.join(ROOT, "docs", "results", "intrinsic_cost.json")
 #: --quick: the whole pipeline at CI size
 QUICK_PLAN = (("doorkey5", ("none", "rnd"), 1),)
 QUICK_UPDATES = 3
+QUICK_SAVE_INTERVAL = 1  # a checkpoint every update, so a stopped quick run resumes too (tested)
 
 
 def run_name(task, method, seed):
     return f"{task}_{method}_seed{seed}"
 
 
-def command(task, method, seed, frames, out):
-    """gridworld/train.py's argv for one run (paths relative to the repository in the summary)."""
+def checkpoint_prefix(task):
+    """A run's numbered checkpoints are ``models/<prefix>_<update>.pdparams`` (gridworld/train.py's names)."""
+    from gridworld.train import checkpoint_name
+
+    return checkpoint_name(argparse.Namespace(env_id=TASKS[task][0]), None).removesuffix(".pdparams")
+
+
+def command(task, method, seed, frames, out, resume=None, save_interval=SAVE_INTERVAL):
+    """gridworld/train.py's argv for one run, continuing checkpoint ``resume`` if given."""
     return [
         sys.executable,
         os.path.join(ROOT, "gridworld", "train.py"),
@@ -187,13 +209,14 @@ def command(task, method, seed, frames, out):
         "--video-interval",
         "0",
         "--save-interval",
-        "0",
+        str(save_interval),
         "--embedding-interval",
         "0",
         "--histogram-interval",
         "0",
         "--num-threads",
         "1",
+        *(["--resume", resume] if resume else []),
     ]
 
 
@@ -207,8 +230,11 @@ def windowed_success(steps, succ, at, window):
     return np.asarray(out)
 
 
-def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=None) -> dict:
-    """The small JSON a finished run leaves in the results folder (everything the report needs)."""
+def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=None, resumed_at=()) -> dict:
+    """The small JSON a finished run leaves in the results folder (everything the report needs).
+
+    ``argv``: the run's command as first started (without ``--resume``); ``resumed_at``: the updates it
+    was resumed at, if any (then ``seconds`` is replaced by its logged wall time, every segment's)."""
     m = read_metrics(run_dir)
     steps, succ = m.get("episode/success", (np.zeros(0), np.zeros(0)))
     _, ret = m.get("episode/return", (np.zeros(0), np.zeros(0)))
@@ -227,6 +253,8 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=Non
     raw_steps, raw = m.get("intrinsic/raw_reward_mean", (np.zeros(0), np.zeros(0)))
     raw_pick = np.unique(np.linspace(0, len(raw) - 1, min(len(raw), 20)).round().astype(int)) if len(raw) else []
     root = ROOT + os.sep
+    if resumed_at:
+        seconds = logged_seconds(*m.get("perf/steps_per_sec", ([], []))) or 0.0
     return {
         "task": task,
         "env_id": TASKS[task][0],
@@ -252,7 +280,8 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=Non
             "value": [round(float(raw[i]), 5) for i in raw_pick],
         },
         "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
-        "code_commit": commit or code_commit(),  # the checkout's commit when the run started
+        "code_commit": commit or code_commit(),  # the checkout's commit when the run (last) started
+        **({"resumed_at_updates": [int(u) for u in resumed_at]} if resumed_at else {}),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
@@ -280,37 +309,60 @@ def task_methods(plan, task) -> list:
     return [m for m in METHODS if m in planned_here]
 
 
-def run_suite(todo, out, results, jobs):
-    """Run (task, method, seed, frames) entries, ``jobs`` at a time; each success writes its summary."""
+def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):
+    """Run (task, method, seed, frames) entries, ``jobs`` at a time; each success writes its summary. A run
+    whose folder holds a numbered checkpoint continues from the newest one (one without: from scratch)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     pending, running, failed = list(todo), [], []
     t_start = time.time()
+    os.makedirs(out, exist_ok=True)
     try:
         while pending or running:
             while pending and len(running) < jobs:
                 task, method, seed, frames = pending.pop(0)
                 name = run_name(task, method, seed)
-                argv = command(task, method, seed, frames, out)
-                os.makedirs(out, exist_ok=True)
-                if os.path.isdir(os.path.join(out, name)):  # a run cut short: start it again from scratch
-                    import shutil
-
-                    shutil.rmtree(os.path.join(out, name))
-                log = open(os.path.join(out, name + ".log"), "w")
+                run_dir = os.path.join(out, name)
+                ckpt, update = resume_ppo_run(run_dir, checkpoint_prefix(task))
+                if ckpt is None:
+                    for stale in (run_dir, os.path.join(out, name + ".segments.jsonl")):  # cut short early
+                        if os.path.isdir(stale):
+                            shutil.rmtree(stale)
+                        elif os.path.exists(stale):
+                            os.remove(stale)
+                argv = command(task, method, seed, frames, out, ckpt, save_interval)
+                segment_event(out, name, event="start", commit=code_commit(), resume_update=update)
+                log = open(os.path.join(out, name + ".log"), "a")
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-                running.append(((task, method, seed, frames), argv, proc, log, time.time(), code_commit()))
-                print(f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)", flush=True)
+                running.append(((task, method, seed, frames), proc, log, time.time(), code_commit()))
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)"
+                    + (f" from update {update}" if ckpt else ""),
+                    flush=True,
+                )
             time.sleep(2)
             for item in list(running):
-                (task, method, seed, frames), argv, proc, log, t0, commit = item
+                (task, method, seed, frames), proc, log, t0, commit = item
+                name = run_name(task, method, seed)
+                prune_checkpoints(os.path.join(out, name), checkpoint_prefix(task), KEEP_CHECKPOINTS)
                 if proc.poll() is None:
                     continue
                 running.remove(item)
                 log.close()
                 secs = time.time() - t0
-                name = run_name(task, method, seed)
+                segment_event(out, name, event="end", returncode=proc.returncode)
                 if proc.returncode == 0:
-                    summary = summarize_run(os.path.join(out, name), task, method, seed, frames, secs, argv, commit)
+                    resumed = [e["resume_update"] for e in read_segments(out, name) if e.get("resume_update")]
+                    summary = summarize_run(
+                        os.path.join(out, name),
+                        task,
+                        method,
+                        seed,
+                        frames,
+                        secs,
+                        command(task, method, seed, frames, out, save_interval=save_interval),
+                        commit,
+                        resumed,
+                    )
                     write_json_atomic(summary_path(results, task, method, seed), summary)
                     note = f"success at budget {summary['success_at_budget']:.2f}"
                 else:
@@ -321,10 +373,11 @@ def run_suite(todo, out, results, jobs):
                     f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
                     flush=True,
                 )
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs stop too, no orphans
-        stop_runs([item[2] for item in running])
-        for item in running:
-            item[3].close()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs save and stop too
+        stop_runs([item[1] for item in running])
+        for (task, method, seed, _), proc, log, _, _ in running:
+            log.close()
+            segment_event(out, run_name(task, method, seed), event="end", returncode=proc.returncode)
         print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
         raise
     return failed
@@ -667,7 +720,7 @@ def main(argv=None):
                     p.error(f"--{flag} {getattr(args, flag)}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
                 todo = [r for r in todo if r[column] in wanted]
         print(f"{len(todo)} runs to do, {sum(r[3] for r in todo):,} frames in all; summaries in {results}", flush=True)
-        failed = run_suite(todo, out, results, args.jobs)
+        failed = run_suite(todo, out, results, args.jobs, QUICK_SAVE_INTERVAL if args.quick else SAVE_INTERVAL)
         if failed:
             print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
     summaries = load_summaries(results)

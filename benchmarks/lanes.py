@@ -16,9 +16,11 @@ import json
 import os
 import signal
 import tempfile
+import time
 
 import numpy as np
 
+from common.run import logger as tags
 from common.run.config import process_umask
 from common.run.runtime import code_commit  # noqa: F401  (the checkout's commit: every summary records it)
 
@@ -115,6 +117,41 @@ def prune_checkpoints(run_dir, prefix, keep=2):
         os.remove(path)
 
 
+#: the tutorial's tags, which every PPO game logs against the update number rather than the agent step
+PPO_UPDATE_TAGS = frozenset(
+    {tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, tags.EVAL_INTRINSIC, tags.TOTAL_LOSS, tags.FORWARD_LOSS}
+)
+
+
+def resume_ppo_run(run_dir, prefix):
+    """(newest numbered checkpoint ``<prefix>_<update>.pdparams``, its update) of a PPO run folder, or
+    (None, 0). The folder's ``metrics.jsonl`` is first cut back to that checkpoint (the update tags at the
+    update, the rest at update x samples per update, from its ``config.json``), so nothing is logged twice."""
+    ckpt, update = newest_checkpoint(run_dir, prefix)
+    if ckpt is None:
+        return None, 0
+    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    step = update * cfg["num_processes"] * cfg["num_local_steps"]
+    cut_metrics(run_dir, lambda r: r["step"] <= (update if r["tag"] in PPO_UPDATE_TAGS else step))
+    return ckpt, update
+
+
+def segment_event(out, name, **event):
+    """Append one start/end event (UTC time first) to ``<out>/<name>.segments.jsonl``."""
+    with open(os.path.join(out, name + ".segments.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **event}) + "\n")
+
+
+def read_segments(out, name) -> list:
+    """The events ``segment_event`` wrote for run ``name``, oldest first ([] if none)."""
+    path = os.path.join(out, name + ".segments.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def cut_metrics(run_dir, keep):
     """Keep only the records of ``run_dir/metrics.jsonl`` for which ``keep(record)`` is true (a resumed
     run logs the rest again); a torn last line (the run was killed mid-write) is dropped too."""
@@ -146,9 +183,9 @@ def binned(steps, values, edges):
     return out
 
 
-def logged_hours(rate_steps, rate, upto=None) -> float | None:
-    """Wall hours of a run from its logged steps/s: the sum over log intervals of steps / rate, up to
-    step ``upto`` (default: all).
+def logged_seconds(rate_steps, rate, upto=None) -> float | None:
+    """Wall seconds of a run from its logged steps/s: the sum over log intervals of steps / rate, up to
+    step ``upto`` (default: all); None if nothing was logged.
 
     Unlike a benchmark's own clock this covers every segment of a resumed run (a resume cuts the
     metrics back to its checkpoint first), with warm-up and evaluations, without the start-ups."""
@@ -158,4 +195,10 @@ def logged_hours(rate_steps, rate, upto=None) -> float | None:
     if not len(rate):
         return None
     spans = np.diff(np.concatenate([[0.0], rate_steps]))
-    return round(float(np.sum(spans / np.maximum(rate, 1e-9))) / 3600, 3)
+    return float(np.sum(spans / np.maximum(rate, 1e-9)))
+
+
+def logged_hours(rate_steps, rate, upto=None) -> float | None:
+    """``logged_seconds`` in hours, to 3 decimals."""
+    seconds = logged_seconds(rate_steps, rate, upto)
+    return None if seconds is None else round(seconds / 3600, 3)

@@ -69,8 +69,6 @@ PACK_MAX_MB = 12.0  # a plain PPO checkpoint (policy + Adam) is ~7.5 MB; an RND 
 PACKED_FILES = ("config.json", "metrics.jsonl")
 DOCS = os.path.join(ROOT, "docs")
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
-#: tags logged against the update number (the tutorial's), not the agent step
-UPDATE_TAGS = {tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, tags.EVAL_INTRINSIC, tags.TOTAL_LOSS, tags.FORWARD_LOSS}
 FINISHED = ("flag", "budget")
 
 
@@ -110,28 +108,7 @@ def command(level, method, seed, out, resume=None, threads=0, extra=()):
 # ---------------------------------------------------------------------------------- resuming
 def resume_point(run_dir, level):
     """(newest numbered checkpoint, its update), or (None, 0); the metrics after it are cut."""
-    ckpt, update = lanes.newest_checkpoint(run_dir, checkpoint_prefix(level))
-    if ckpt is None:
-        return None, 0
-    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    step = update * cfg["num_processes"] * cfg["num_local_steps"]
-    lanes.cut_metrics(run_dir, lambda r: r["step"] <= (update if r["tag"] in UPDATE_TAGS else step))
-    return ckpt, update
-
-
-def segment_event(out, name, **event):
-    """Append one start/end event to ``<out>/<name>.segments.jsonl``."""
-    with open(os.path.join(out, name + ".segments.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **event}) + "\n")
-
-
-def read_segments(out, name) -> list:
-    path = os.path.join(out, name + ".segments.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return lanes.resume_ppo_run(run_dir, checkpoint_prefix(level))
 
 
 # ---------------------------------------------------------------------------------- summaries
@@ -177,7 +154,7 @@ def summarize_run(out, level, method, seed, status) -> dict:
             "x_pos": lanes.binned(ep_s, ep_x, edges),
             "flag_rate": lanes.binned(ep_s, ep_flag, edges),
         },
-        "segments": read_segments(out, name),
+        "segments": lanes.read_segments(out, name),
         "command": [a.replace(ROOT + os.sep, "") for a in command(level, method, seed, "runs/mario_flag")[1:]],
         "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -288,7 +265,7 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
                     shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
                 threads = 1 if lanes_at_once > 1 else 0
                 argv = command(level, method, seed, out, ckpt, threads, extra)
-                segment_event(out, name, event="start", commit=lanes.code_commit(), resume_update=update)
+                lanes.segment_event(out, name, event="start", commit=lanes.code_commit(), resume_update=update)
                 log = open(os.path.join(out, name + ".log"), "a")
                 # a session of its own: a Ctrl-C (or a SIGINT sent to this process alone) reaches the run once,
                 # from here, not a second time from the terminal (a second SIGINT would abort it unsaved)
@@ -312,7 +289,7 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
                 running.remove(r)
                 r.log.close()
                 rc = r.proc.returncode
-                segment_event(out, r.name, event="end", returncode=rc)
+                lanes.segment_event(out, r.name, event="end", returncode=rc)
                 lanes.prune_checkpoints(run_dir, checkpoint_prefix(r.level), KEEP_CHECKPOINTS)
                 solved = os.path.exists(os.path.join(run_dir, "models", checkpoint_prefix(r.level) + ".pdparams"))
                 status = ("flag" if solved else "budget") if rc == 0 else "stopped"
@@ -330,7 +307,7 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
     except KeyboardInterrupt:  # pass it on to each run (they finish the step and save); wait for them
         lanes.stop_runs([r.proc for r in running])
         for r in running:
-            segment_event(out, r.name, event="end", returncode=r.proc.returncode)
+            lanes.segment_event(out, r.name, event="end", returncode=r.proc.returncode)
             lanes.write_json_atomic(
                 summary_path(results, r.level, r.method, r.seed),
                 summarize_run(out, r.level, r.method, r.seed, "stopped"),

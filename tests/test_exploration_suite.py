@@ -125,31 +125,47 @@ def test_snd_versus_rnd_verdict_is_read_at_the_precision_shown():
 
 
 @pytest.mark.slow
-def test_kill_stops_the_suite_and_its_run_together(tmp_path):
+def test_kill_stops_the_suite_and_its_run_together_and_the_run_resumes(tmp_path):
     """SIGTERM to the benchmark alone (``kill <pid>``, not a terminal's Ctrl-C to the whole group): the
-    run it started stops too, instead of going on as an orphan, and no summary is written for it."""
+    run it started stops too, instead of going on as an orphan, and no summary is written for it. Started
+    again, the suite continues that run from its newest checkpoint, logging nothing twice."""
     import signal
     import time
 
     out = tmp_path / "suite"
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
+    cmd += ["--jobs", "1"]  # the plan's second run starts only after the first (and then from scratch)
     suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    log = out / "doorkey5_none_seed0.log"
-    deadline = time.time() + 120
-    while not log.exists() and time.time() < deadline:
-        time.sleep(0.1)
-    assert log.exists(), "the suite never started its first run"
-    children = []
-    while not children and time.time() < deadline:  # the log is opened just before the run is spawned
-        children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
+    run_dir = out / "doorkey5_none_seed0"
+    first = run_dir / "models" / (exploration.checkpoint_prefix("doorkey5") + "_1.pdparams")
+    deadline = time.time() + 180
+    while not first.exists() and time.time() < deadline:  # --quick saves every update
         time.sleep(0.05)
-    assert children, "the suite's run never appeared as its child"
+    assert first.exists(), "the suite's first run never wrote its first checkpoint"
+    children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
+    assert children, "the suite's run is not its child"
     suite.send_signal(signal.SIGTERM)
     output = suite.communicate(timeout=120)[0]
-    assert suite.returncode != 0 and "run(s) cut short" in output
+    assert suite.returncode != 0 and "run(s) cut short" in output, output
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}"), f"run {pid} outlived the suite"
-    assert not (out / "results" / "doorkey5_none_seed0.json").exists()
+    summary = out / "results" / "doorkey5_none_seed0.json"
+    assert not summary.exists()
+    saved = exploration.resume_ppo_run(str(run_dir), exploration.checkpoint_prefix("doorkey5"))[1]
+    assert 1 <= saved < exploration.QUICK_UPDATES  # the stopped run saved where it was
+
+    again = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert f"start doorkey5_none_seed0 ({exploration.QUICK_UPDATES * exploration.ROLLOUT:,} frames) from update " in (
+        again.stdout
+    ), again.stdout
+    s = json.loads(summary.read_text())
+    assert s["resumed_at_updates"] == [saved] and s["seconds"] > 0
+    assert "--resume" not in s["command"]  # the command to repeat the run is the unbroken one
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["step"] for r in records if r["tag"] == "Training Reward"]
+    assert rewards == list(range(1, exploration.QUICK_UPDATES + 1))  # each update logged once
+    fresh = json.loads((out / "results" / "doorkey5_rnd_seed0.json").read_text())
+    assert "resumed_at_updates" not in fresh  # the next run of the plan started from scratch
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_a_run_in_its_own_session_keeps_its_nice_value_against_other_sessions():
 def test_summary_finds_the_first_flag_and_the_hours_to_it(tmp_path):
     out = str(tmp_path)
     _run_folder(out, updates=6, flag_at=4, torn=False)
-    bench.segment_event(out, bench.run_name("1-1", "rnd", 0), event="start", commit="abc1234", resume_update=0)
+    lanes.segment_event(out, bench.run_name("1-1", "rnd", 0), event="start", commit="abc1234", resume_update=0)
     s = bench.summarize_run(out, "1-1", "rnd", 0, "flag")
     assert s["first_flag_step"] == 4 * 1024 and s["agent_steps"] == 6 * 1024
     assert abs(s["first_flag_hours"] - 4 * 1024 / 100 / 3600) < 1e-3
@@ -141,7 +141,7 @@ def test_a_sigint_to_the_benchmark_alone_stops_its_run_with_a_checkpoint(tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
-    events = bench.read_segments(str(out), bench.run_name("1-1", "none", 0))
+    events = lanes.read_segments(str(out), bench.run_name("1-1", "none", 0))
     assert [e["event"] for e in events] == ["start", "end"] and events[-1]["returncode"] == 130, events
     summary = json.loads((results / (bench.run_name("1-1", "none", 0) + ".json")).read_text())
     assert summary["status"] == "stopped" and summary["agent_steps"] > 0
@@ -155,14 +155,14 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     name = os.path.basename(run_dir)
     with open(os.path.join(run_dir, "models", "mario_1_1_4.pdparams"), "wb") as f:
         f.write(b"x" * 1000)
-    bench.segment_event(out, name, event="start", commit="abc", resume_update=0)
+    lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
     assert bench.pack_state(out, results, state, max_mb=1.0) == [name]
     assert sorted(os.listdir(os.path.join(state, name, "models"))) == ["mario_1_1_4.pdparams"]
     fresh = str(tmp_path / "fresh")
     os.makedirs(fresh)
     assert bench.restore_state(fresh, state) == [name]
     assert bench.resume_point(os.path.join(fresh, name), "1-1")[1] == 4
-    assert [e["event"] for e in bench.read_segments(fresh, name)] == ["start"]
+    assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
     assert bench.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     assert bench.pack_state(out, results, str(tmp_path / "small"), max_mb=1e-4) == []  # too big: stays here
     # the command line's limit reaches pack_state (an RND checkpoint needs more than the default)
