@@ -1,7 +1,7 @@
 """What the long-run benchmarks share: numbered checkpoints, resuming, run summaries on disk.
 
-A long benchmark (``snd_dqn_pong.py``, ``mario_flag.py``) runs trainers as subprocesses, from
-a separate clone, for hours. Each run resumes from its newest numbered checkpoint after a stop
+A long benchmark (``snd_dqn_pong.py``, ``mario_flag.py``, ``exploration.py``) runs trainers as
+subprocesses, from a separate clone, for hours. Each run resumes from its newest numbered checkpoint after a stop
 (its ``metrics.jsonl`` cut back to that checkpoint first, so nothing is logged twice), only the
 newest few checkpoints are kept, and each run's small summary is written atomically as JSON.
 Stopping a benchmark, with Ctrl-C or with ``kill`` (SIGTERM), stops its runs with it: each gets SIGINT,
