@@ -179,5 +179,13 @@ def test_bonus_probe_sorts_the_steps_of_a_real_e3b_run(tmp_path):
     assert result["new"][1] > 0 and result["revisit"][1] > 0 and result["turn"][1] > 0
     # E3B is episodic: a step onto a cell new to the episode shows features outside the episode's ellipse
     assert result["new"][0] > result["revisit"][0]
+    # by action, with the first-visit gate of training: an unchanged view is never paid
+    steps = bonus_probe.walk(checkpoint, episodes=3, max_steps=60)
+    assert len(steps["raw"]) == 3 * 60 and not steps["gate"][steps["same_view"]].any()
+    table = bonus_probe.by_action(steps)
+    assert sum(n for n, *_ in table.values()) == 3 * 60
+    n_done, same_done, _, gated_done = table["done"]  # MiniGrid's `done` changes nothing
+    assert n_done > 0 and same_done == 1.0 and gated_done == 0.0
+    assert table["forward"][3] > 0  # the walk's steps forward do show new views
     with pytest.raises(SystemExit):
         bonus_probe.main([checkpoint, "--episodes", "0"])
