@@ -78,7 +78,7 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
         out["kind"] += kinds
         out["raw"] += [float(v) for v in episode_rewards(module, stacks, np.array(actions))]
         out["gate"] += gate[:, 0].tolist()
-        out["same_view"] += [bool(np.array_equal(a, b)) for a, b in zip(stacks[:-1], stacks[1:])]
+        out["same_view"] += [bool(np.array_equal(before, after)) for before, after in zip(stacks[:-1], stacks[1:])]
     types = {"action": np.int64, "kind": str, "raw": np.float32, "gate": np.float32, "same_view": bool}
     return {k: np.asarray(v, dtype=types[k]) for k, v in out.items()}
 
@@ -87,10 +87,14 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-def probe(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0) -> dict:
-    """{kind: (mean raw reward, steps)} for kind in new / revisit / turn."""
-    steps = walk(checkpoint, episodes, seed, max_steps)
+def by_kind(steps: dict) -> dict:
+    """{kind: (mean raw reward, steps)} of ``walk``'s steps, for kind in new / revisit / turn."""
     return {k: (_mean(steps["raw"][steps["kind"] == k]), int(np.sum(steps["kind"] == k))) for k in KINDS}
+
+
+def probe(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0) -> dict:
+    """``by_kind`` of a fresh ``walk``."""
+    return by_kind(walk(checkpoint, episodes, seed, max_steps))
 
 
 def by_action(steps: dict) -> dict:
@@ -114,7 +118,7 @@ def main(argv=None):
     if args.episodes < 1:
         p.error(f"--episodes {args.episodes} is invalid: expected a positive integer")
     steps = walk(args.checkpoint, args.episodes, args.seed)
-    result = {k: (_mean(steps["raw"][steps["kind"] == k]), int(np.sum(steps["kind"] == k))) for k in KINDS}
+    result = by_kind(steps)
     for kind, (mean, n) in result.items():
         print(f"{kind:8s} mean raw reward {mean:.4g} over {n} steps")
     print(f"new / revisit: {result['new'][0] / result['revisit'][0]:.2f}")
