@@ -373,7 +373,9 @@ def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):
                     f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
                     flush=True,
                 )
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs save and stop too
+    # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or any error here (e.g. stdout piped into `head`, which
+    # exits): the runs save and stop too, never left running as orphans
+    except BaseException:
         stop_runs([item[1] for item in running])
         for (task, method, seed, _), proc, log, _, _ in running:
             log.close()

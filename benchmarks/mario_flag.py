@@ -304,7 +304,7 @@ def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
                 )
                 if rc in SIGNAL_EXIT.values():  # stopped from outside: the benchmark stops too
                     pending.clear()
-    except KeyboardInterrupt:  # pass it on to each run (they finish the step and save); wait for them
+    except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
         lanes.stop_runs([r.proc for r in running])
         for r in running:
             lanes.segment_event(out, r.name, event="end", returncode=r.proc.returncode)

@@ -267,7 +267,7 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
             if not pending and len(running) == 1 and running[0].threads == 1 and not running[0].widening:
                 running[0].widening = True
                 running[0].proc.send_signal(signal.SIGTERM)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (lanes.interrupt_on_sigterm): the runs save and stop too
+    except BaseException:  # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or an error: the runs save and stop too
         lanes.stop_runs([r.proc for r in running])
         for r in running:
             r.log.close()

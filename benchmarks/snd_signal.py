@@ -132,7 +132,7 @@ def run_all(todo, out, results):
             proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
                 rc = proc.wait()
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM (lanes.interrupt_on_sigterm): the run saves and stops too
+            except BaseException:  # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or an error: the run saves and stops
                 stop_runs([proc])
                 raise
         if rc != 0:

@@ -169,6 +169,28 @@ def test_kill_stops_the_suite_and_its_run_together_and_the_run_resumes(tmp_path)
 
 
 @pytest.mark.slow
+def test_an_error_in_the_suite_stops_its_runs(tmp_path):
+    """Not only Ctrl-C and SIGTERM: the suite's stdout closing under it (`exploration.py | head -1`) raises
+    BrokenPipeError in the suite, and the run it started must not go on as an orphan."""
+    import time
+
+    out = tmp_path / "suite"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
+    suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    suite.stdout.readline()  # "2 runs to do, ..."
+    deadline = time.time() + 120
+    children = []
+    while not children and time.time() < deadline:
+        children = [int(p) for p in open(f"/proc/{suite.pid}/task/{suite.pid}/children").read().split()]
+        time.sleep(0.05)
+    assert children, "the suite never started a run"
+    suite.stdout.close()  # its next line ("start ...") meets a closed pipe
+    assert suite.wait(timeout=120) != 0
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}"), f"run {pid} outlived the suite"
+
+
+@pytest.mark.slow
 def test_bonus_probe_sorts_the_steps_of_a_real_e3b_run(tmp_path):
     import bonus_probe
     from short_runs import tiny_grid_run
