@@ -330,10 +330,11 @@ def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):
                         elif os.path.exists(stale):
                             os.remove(stale)
                 argv = command(task, method, seed, frames, out, ckpt, save_interval)
-                segment_event(out, name, event="start", commit=code_commit(), resume_update=update)
+                commit = code_commit()  # asked once per start: the segment and the summary record the same
+                segment_event(out, name, event="start", commit=commit, resume_update=update)
                 log = open(os.path.join(out, name + ".log"), "a")
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-                running.append(((task, method, seed, frames), proc, log, time.time(), code_commit()))
+                running.append(((task, method, seed, frames), proc, log, time.time(), commit))
                 print(
                     f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)"
                     + (f" from update {update}" if ckpt else ""),
