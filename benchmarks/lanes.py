@@ -11,12 +11,16 @@ saves, and is waited for, so no run goes on as an orphan.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import os
+import shutil
 import signal
+import subprocess
 import tempfile
 import time
+import typing
 
 import numpy as np
 
@@ -202,3 +206,212 @@ def logged_hours(rate_steps, rate, upto=None) -> float | None:
     """``logged_seconds`` in hours, to 3 decimals."""
     seconds = logged_seconds(rate_steps, rate, upto)
     return None if seconds is None else round(seconds / 3600, 3)
+
+
+# ---------------------------------------------------------------------------------- a plan of runs
+@dataclasses.dataclass
+class PlannedRun:
+    """One training run of a long benchmark: what the scheduler (``run_plan``) needs to know of it.
+
+    ``argv(resume)`` is the trainer's command line (``resume``: a checkpoint path or None); its folder is
+    ``<out>/<name>`` and its numbered checkpoints ``models/<prefix>_<update>.pdparams``.
+    ``summarize(out, status)`` builds its summary, written atomically to ``summary_path``, which also says
+    whether it has finished (``"status"`` in ``finished``); ``status_at_end(returncode, run_dir)`` names how
+    a run that exited 0 ended (e.g. "budget")."""
+
+    name: str
+    argv: typing.Callable
+    prefix: str
+    summarize: typing.Callable
+    summary_path: str
+    status_at_end: typing.Callable = lambda returncode, run_dir: "budget"
+    finished: tuple = ("budget",)
+
+    def done(self) -> bool:
+        if not os.path.exists(self.summary_path):
+            return False
+        with open(self.summary_path, encoding="utf-8") as f:
+            return json.load(f).get("status") in self.finished
+
+    def write_summary(self, out, status) -> dict:
+        summary = self.summarize(out, status)
+        write_json_atomic(self.summary_path, summary)
+        return summary
+
+
+def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda summary: "") -> list:
+    """Run the unfinished ``PlannedRun``s of ``plan`` in order, ``lanes_at_once`` at a time; returns the
+    names of the runs that failed.
+
+    A run with numbered checkpoints continues from the newest (``resume_ppo_run``); one cut short before
+    its first is started again. A packed run missing from ``out`` is first restored from ``state``
+    (``restore_state``). Only the newest ``keep`` checkpoints are kept; the summary is refreshed at each new
+    checkpoint ("running") and when the run ends. Each run is a session of its own, at this process's
+    nice value (``carry_nice_into_session``). A Ctrl-C, SIGTERM (``interrupt_on_sigterm``) or any error
+    here stops every run (each saves) and waits for it; a run stopped from outside stops the plan too."""
+    from common.run.launch import SIGNAL_EXIT
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    pending = [r for r in plan if not r.done()]
+    print(f"{len(pending)} runs to do", flush=True)
+    os.makedirs(out, exist_ok=True)
+    if state is not None:
+        restore_state(out, state)
+    running, failed = [], []  # running: [run, proc, log, newest checkpoint seen]
+    try:
+        while pending or running:
+            while pending and len(running) < lanes_at_once:
+                run = pending.pop(0)
+                run_dir = os.path.join(out, run.name)
+                ckpt, update = resume_ppo_run(run_dir, run.prefix)
+                if ckpt is None and os.path.isdir(run_dir):
+                    shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
+                segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
+                log = open(os.path.join(out, run.name + ".log"), "a")
+                # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
+                proc = subprocess.Popen(
+                    run.argv(ckpt), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+                )
+                carry_nice_into_session(proc.pid)
+                running.append([run, proc, log, update])
+                print(f"[{time.strftime('%H:%M:%S')}] start {run.name}" + (f" from update {update}" if ckpt else ""))
+            time.sleep(2)
+            for entry in list(running):
+                run, proc, log, seen = entry
+                run_dir = os.path.join(out, run.name)
+                _, newest = newest_checkpoint(run_dir, run.prefix)
+                if proc.poll() is None:
+                    if newest > seen:
+                        entry[3] = newest
+                        prune_checkpoints(run_dir, run.prefix, keep)
+                        run.write_summary(out, "running")
+                    continue
+                running.remove(entry)
+                log.close()
+                rc = proc.returncode
+                segment_event(out, run.name, event="end", returncode=rc)
+                prune_checkpoints(run_dir, run.prefix, keep)
+                status = run.status_at_end(rc, run_dir) if rc == 0 else "stopped"
+                summary = run.write_summary(out, status)
+                if rc not in (0, *SIGNAL_EXIT.values()):
+                    failed.append(run.name)
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {describe(summary)}",
+                    flush=True,
+                )
+                if rc in SIGNAL_EXIT.values():  # stopped from outside: the plan stops too
+                    pending.clear()
+    except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
+        stop_runs([entry[1] for entry in running])
+        for run, proc, _, _ in running:
+            segment_event(out, run.name, event="end", returncode=proc.returncode)
+            run.write_summary(out, "stopped")
+        raise
+    return failed
+
+
+# ---------------------------------------------------------------------------------- resume state in git
+#: the checkpoint entries that hold optimizer moments: a packed checkpoint leaves them out
+OPTIMIZER_KEYS = ("optimizer", "predictor_opt", "target_opt")
+
+
+def _map_state(state, fn):
+    """``state`` with every non-container leaf replaced by ``fn(leaf)`` (dicts, lists and tuples kept)."""
+    if isinstance(state, dict):
+        return {k: _map_state(v, fn) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_map_state(v, fn) for v in state)
+    return fn(state)
+
+
+def _drop_optimizers(state):
+    if isinstance(state, dict):
+        return {k: ({} if k in OPTIMIZER_KEYS else _drop_optimizers(v)) for k, v in state.items()}
+    return state
+
+
+def slim_checkpoint(src, dst) -> str:
+    """Write a small copy of checkpoint ``src`` to ``dst``: float32 tensors as float16 numpy arrays, no
+    optimizer moments (a run resumed from it starts fresh Adam moments, which the trainer does for an
+    empty optimizer entry). About a quarter of the size: what a lane commits to continue a run elsewhere."""
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
+
+    def small(leaf):
+        array = leaf.numpy() if hasattr(leaf, "numpy") and not isinstance(leaf, np.ndarray) else leaf
+        if isinstance(array, np.ndarray) and array.dtype == np.float32:
+            return array.astype(np.float16)
+        return array if isinstance(array, np.ndarray) else leaf
+
+    state = load_checkpoint(src)
+    state.pop("format", None)
+    return save_checkpoint(dst, _map_state(_drop_optimizers(state), small))
+
+
+def unslim_checkpoint(src, dst) -> str:
+    """``slim_checkpoint`` undone as far as it can be: float16 arrays back to float32 (the rounding stays)."""
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
+
+    def full(leaf):
+        array = leaf.numpy() if hasattr(leaf, "numpy") and not isinstance(leaf, np.ndarray) else leaf
+        if isinstance(array, np.ndarray) and array.dtype == np.float16:
+            return array.astype(np.float32)
+        return array if isinstance(array, np.ndarray) else leaf
+
+    state = load_checkpoint(src)
+    state.pop("format", None)
+    return save_checkpoint(dst, _map_state(state, full))
+
+
+PACKED_FILES = ("config.json", "metrics.jsonl")
+
+
+def pack_state(plan, out, state) -> list:
+    """Copy each unfinished run's resume state from ``out`` into ``state/<name>`` (replacing what was
+    packed before): its newest checkpoint slimmed (``slim_checkpoint``), config, metrics and segments;
+    a finished run's packed state is removed. Returns the names packed."""
+    packed = []
+    for run in plan:
+        run_dir, dest = os.path.join(out, run.name), os.path.join(state, run.name)
+        ckpt, _ = newest_checkpoint(run_dir, run.prefix)
+        if run.done():
+            shutil.rmtree(dest, ignore_errors=True)
+            continue
+        if ckpt is None:
+            continue
+        tmp = dest + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(os.path.join(tmp, "models"))
+        slim_checkpoint(ckpt, os.path.join(tmp, "models", os.path.basename(ckpt)))
+        for f in PACKED_FILES:
+            if os.path.exists(os.path.join(run_dir, f)):
+                shutil.copy2(os.path.join(run_dir, f), os.path.join(tmp, f))
+        segments = os.path.join(out, run.name + ".segments.jsonl")
+        if os.path.exists(segments):
+            shutil.copy2(segments, os.path.join(tmp, "segments.jsonl"))
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+        packed.append(run.name)
+        mb = os.path.getsize(os.path.join(dest, "models", os.path.basename(ckpt))) / 2**20
+        print(f"{run.name}: packed {os.path.basename(ckpt)} ({mb:.1f} MB slimmed) into {dest}")
+    return packed
+
+
+def restore_state(out, state) -> list:
+    """Put each packed run whose folder ``out`` lacks back into ``out`` (a fresh machine), its checkpoint
+    back to float32 (``unslim_checkpoint``); returns the names."""
+    restored = []
+    for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
+        src, run_dir = os.path.join(state, name), os.path.join(out, name)
+        if name.endswith(".tmp") or os.path.exists(run_dir):
+            continue
+        tmp = run_dir + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("segments.jsonl", "*.pdparams"))
+        for path in glob.glob(os.path.join(src, "models", "*.pdparams")):
+            unslim_checkpoint(path, os.path.join(tmp, "models", os.path.basename(path)))
+        if os.path.exists(os.path.join(src, "segments.jsonl")):
+            shutil.copy2(os.path.join(src, "segments.jsonl"), os.path.join(out, name + ".segments.jsonl"))
+        os.replace(tmp, run_dir)
+        restored.append(name)
+        print(f"{name}: restored from {src}")
+    return restored

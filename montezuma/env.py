@@ -29,7 +29,8 @@ actions, because the gymnasium env copies an RGB observation on every frame.
 
 ``info``: ``room`` (RAM byte 3, as RND's ``MontezumaInfoWrapper``), ``rooms`` (sorted
 rooms visited this episode, the start room included), ``level`` (RAM byte 57),
-``lives``, ``score`` (episode score so far), ``episode_steps``, ``TimeLimit.truncated``.
+``lives``, ``score`` (episode score so far), ``events`` (steps of this episode with a
+positive reward), ``episode_steps``, ``TimeLimit.truncated``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
     """RGB ``[210, 160, 3]`` uint8 -> gray 84x84 uint8 ``[84, 84]`` (cv2, INTER_AREA)."""
     gray = cv2.cvtColor(frame_rgb, cv2.COLOR_RGB2GRAY)
     return cv2.resize(gray, (OBS_SIZE, OBS_SIZE), interpolation=cv2.INTER_AREA)
+
+
+def rooms_mask(rooms) -> int:
+    """A set of RAM room numbers (0-23 on every level) as one integer, sum of 2**room."""
+    return sum(1 << int(r) for r in set(rooms))
+
+
+def rooms_of_mask(mask) -> list:
+    """``rooms_mask`` read back: the sorted room numbers of a mask (an int or an integral float)."""
+    mask = int(mask)
+    return [r for r in range(mask.bit_length()) if mask >> r & 1]
 
 
 def validate_args(sticky_prob, max_episode_steps) -> None:
@@ -132,6 +144,7 @@ class MontezumaEnv(GameEnv):
         self._last_action = 0
         self._steps = 0
         self._score = 0.0
+        self._events = 0
         self._rooms: set[int] = set()
         super().__init__(record_path, fps=RECORD_FPS)
 
@@ -151,6 +164,7 @@ class MontezumaEnv(GameEnv):
             "level": int(ram[LEVEL_RAM]),
             "lives": int(self.ale.lives()),
             "score": float(self._score),
+            "events": self._events,
             "episode_steps": self._steps,
             "TimeLimit.truncated": bool(truncated),
         }
@@ -168,6 +182,7 @@ class MontezumaEnv(GameEnv):
         self._last_action = 0
         self._steps = 0
         self._score = 0.0
+        self._events = 0
         self._rooms = {self.current_room}
         self.ale.getScreenRGB(self._rgb)
         self._record(self._rgb)
@@ -203,6 +218,7 @@ class MontezumaEnv(GameEnv):
         self.states[-1] = process_frame(frame)
         self._steps += 1
         self._score += reward
+        self._events += reward > 0
         truncated = not game_over and self._steps >= self.max_episode_steps
         done = game_over or truncated
         if done:

@@ -21,15 +21,62 @@ if __package__ in (None, ""):  # `python montezuma/train.py` from a checkout: ma
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.ppo.config import TrainConfig  # noqa: E402
-from common.run.config import arg, default  # noqa: E402
+from common.run.config import Recipe, arg, default  # noqa: E402
 from common.run.game import GameSpec  # noqa: E402
 from montezuma import pictures  # noqa: E402
-from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env  # noqa: E402
+from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env, rooms_mask  # noqa: E402
 
 
 @dataclass
 class MontezumaConfig(TrainConfig):
     """PPO + intrinsic reward on Montezuma's Revenge, the RND paper's settings by default."""
+
+    RECIPES = {
+        "snd-montezuma": Recipe(
+            "the SND authors' Montezuma settings (Iskandor/SND, config/ppo.config.json, 'montezuma'): 128 envs "
+            "x 128 steps, 4 epochs of minibatches of 512, lr 1e-4, entropy 0.001, gamma 0.998 (plain PPO 0.99), "
+            "intrinsic gamma 0.99, advantages 2 x extrinsic + 1 x intrinsic (plain PPO 1 x extrinsic), their "
+            "reward convention (--int-reward snd) with their eta per method, the intrinsic module trained once "
+            "over each rollout on all of it, on the latest frame, no observation warm-up. The authors ran 128M "
+            "agent steps; the recipe stops at 4M, where their chart shows SND leaving the first room. "
+            "Differences that remain: docs/sources.md, 'The SND authors' Montezuma recipe'",
+            dict(
+                num_processes=128,
+                num_local_steps=128,
+                num_epochs=4,
+                batch_size=32,
+                lr=1e-4,
+                beta=0.001,
+                epsilon=0.1,
+                gamma=0.998,
+                int_gamma=0.99,
+                ext_coef=2.0,
+                int_coef=1.0,
+                max_grad_norm=0.5,
+                value_loss="mse",
+                vf_coef=1.0,
+                clip_reward=True,
+                int_reward="snd",
+                intrinsic_epochs=1,
+                update_proportion=1.0,
+                target_proportion=1.0,
+                snd_max_pairs=512,
+                intrinsic_frames=1,
+                obs_norm_steps=0,
+                num_global_steps=4_000_000,
+            ),
+            cases=(
+                "intrinsic",
+                {
+                    "none": dict(gamma=0.99, ext_coef=1.0),
+                    "rnd": dict(int_eta=1.0),
+                    "snd-std": dict(int_eta=1.0),
+                    "snd-vic": dict(int_eta=0.25),
+                    "snd-v": dict(int_eta=0.5),
+                },
+            ),
+        ),
+    }
 
     num_global_steps: int = default(100_000_000)
     num_processes: int = default(128, "the RND paper's")
@@ -82,7 +129,16 @@ def make_intrinsic_networks(cfg, in_channels):
 
 
 def episode_metrics(info: dict) -> dict:
-    return {"rooms": float(len(info.get("rooms", ()))), "score": float(info.get("score", 0))}
+    """An episode's rooms (how many), score, events (steps with a positive reward: the SND authors'
+    chart, 1 about the key, 2 key and a door) and room_mask (sum of 2**room over its RAM room numbers,
+    so that the rooms themselves can be read back from the logs: ``montezuma.env.rooms_of_mask``)."""
+    rooms = info.get("rooms", ())
+    return {
+        "rooms": float(len(rooms)),
+        "score": float(info.get("score", 0)),
+        "events": float(info.get("events", 0)),
+        "room_mask": float(rooms_mask(rooms)),
+    }
 
 
 SPEC = GameSpec(

@@ -7,7 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from montezuma.env import MontezumaEnv, make_env, process_frame
+from montezuma.env import MontezumaEnv, make_env, process_frame, rooms_mask, rooms_of_mask
+from montezuma.train import episode_metrics
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
@@ -83,7 +84,7 @@ def test_skip_max_stack_and_raw_reward():
             if t == 5:
                 assert reward == 50.0  # raw score delta, not clipped
             prev = obs
-        assert info["score"] == 50.0
+        assert info["score"] == 50.0 and info["events"] == 1  # one step with a positive reward
     finally:
         e.ale = spy.ale
         e.close()
@@ -179,6 +180,9 @@ def test_room_tracking_via_ram(env):
     env.ale.setRAM(3, 4)
     _, _, _, info = env.step(0)
     assert info["room"] == 4 and info["rooms"] == [0, 1, 4]
+    metrics = episode_metrics(info)
+    assert metrics["rooms"] == 3 and metrics["room_mask"] == 2**0 + 2**1 + 2**4
+    assert rooms_of_mask(metrics["room_mask"]) == [0, 1, 4] and rooms_mask([]) == 0
     env.reset(seed=0)  # a new episode forgets the visited rooms
     _, _, _, info = env.step(0)
     assert info["rooms"] == [1]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from common.intrinsic.base import IntrinsicModule, NoIntrinsic
 
 INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b", "count")
+#: the modules the SND authors' reward convention (``--int-reward snd``) is defined for: those of their code
+SND_CONVENTION_MODULES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
 #: the modules whose features are learned by inverse dynamics: they need the game's action count
 ACTION_MODULES = ("icm", "e3b")
 
@@ -29,6 +31,7 @@ def make_intrinsic(
     target_proportion: float = 1.0,
     value_max=255.0,
     num_actions: int | None = None,
+    authors_scale: bool = False,
 ) -> IntrinsicModule:
     """Build the intrinsic module ``name``.
 
@@ -39,10 +42,16 @@ def make_intrinsic(
     ``target_proportion`` is the share of each minibatch the SND target trains on;
     ``value_max`` is the largest raw observation value (one per channel or one number),
     which sizes SND-V's noise; ``num_actions`` is the game's action count (ICM and E3B predict the
-    action; their encoder is the game's target network, freshly initialised and trained).
+    action; their encoder is the game's target network, freshly initialised and trained);
+    ``authors_scale``: read inputs and measure the error as the SND authors' code does
+    (``--int-reward snd``; RND and the SND variants only, ``DistillationModule.use_authors_scale``).
     """
     if name not in INTRINSIC_NAMES:
         raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
+    if authors_scale and name not in SND_CONVENTION_MODULES:
+        raise ValueError(
+            f"the SND authors' input and error scale is defined for {SND_CONVENTION_MODULES}, not {name!r}"
+        )
     if name == "none":
         return NoIntrinsic()
     if name == "count":  # no networks (docs/intrinsic_modules.md: the worked example)
@@ -61,7 +70,10 @@ def make_intrinsic(
     if name == "rnd":
         from common.intrinsic.rnd import RND
 
-        return RND(target, predictor, **common)
+        module = RND(target, predictor, **common)
+        if authors_scale:
+            module.use_authors_scale(value_max)
+        return module
     if name == "noveld":
         from common.intrinsic.noveld import NovelD
 
@@ -79,13 +91,16 @@ def make_intrinsic(
         common["max_pairs"] = max_pairs
     if name == "snd-v":
         common["value_max"] = value_max
-    return SND_VARIANTS[name](
+    module = SND_VARIANTS[name](
         target,
         predictor,
         target_lr=lr if target_lr is None else target_lr,
         target_proportion=target_proportion,
         **common,
     )
+    if authors_scale:
+        module.use_authors_scale(value_max)
+    return module
 
 
 def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
@@ -112,4 +127,5 @@ def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
         target_proportion=cfg.target_proportion,
         value_max=spec.obs_value_max,
         num_actions=spec.spaces(cfg)[1],
+        authors_scale=cfg.int_reward == "snd",
     )

@@ -6,6 +6,10 @@ turns the rollout's ``uint8[B, C, H, W]`` stacks into ``float32[B, k, H, W]`` te
 SND variants, NovelD, ICM and E3B all read their observations through it, so one warm-up of
 the normalizer (the trainer's random-agent steps) serves every module, and the normalizer is
 part of each module's checkpoint.
+
+Under the SND authors' reward convention (``--int-reward snd``) a module reads its input on their
+scale instead (``input_scale``): ``unit``, the values divided by their largest (pixels in [0, 1]:
+their SND targets), or ``center``, the same minus the running mean (their RND).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from common.intrinsic.normalize import RunningMeanStd
 
 OBS_CLIP = 5.0
 CHUNK = 256  # samples per forward pass when scoring a whole rollout
+#: what ``standardize`` does: (x - mean) / std clipped (the RND paper), x / value_max, (x - mean) / value_max
+INPUT_SCALES = ("standardize", "unit", "center")
 
 
 class NormalizedInputModule(IntrinsicModule):
@@ -31,6 +37,18 @@ class NormalizedInputModule(IntrinsicModule):
             raise ValueError(f"input_channels must be in [1, {c}], got {input_channels}")
         self.input_channels = input_channels
         self.obs_rms = RunningMeanStd(shape=(input_channels, h, w))
+        self._norm_cache = None
+        self.input_scale, self.value_max = "standardize", 255.0
+
+    def set_input_scale(self, scale: str, value_max=255.0) -> None:
+        """Read inputs as ``scale`` (one of ``INPUT_SCALES``); ``value_max``: the largest raw value, a
+        number or one per observation channel (the channels looked at are taken)."""
+        if scale not in INPUT_SCALES:
+            raise ValueError(f"input scale {scale!r} is unknown: expected one of {', '.join(INPUT_SCALES)}")
+        vmax = np.asarray(value_max, np.float32)
+        if vmax.ndim == 1:
+            vmax = vmax[-self.input_channels :].reshape(-1, 1, 1)
+        self.input_scale, self.value_max = scale, vmax
         self._norm_cache = None
 
     def _select(self, obs: np.ndarray) -> np.ndarray:
@@ -53,9 +71,17 @@ class NormalizedInputModule(IntrinsicModule):
         return self.standardize(self.raw(obs), fresh=True)
 
     def standardize(self, x: paddle.Tensor, fresh: bool = False) -> paddle.Tensor:
-        """float32[B, k, H, W] on the raw scale -> (x - mean) / std clipped to [-5, 5].
+        """float32[B, k, H, W] on the raw scale -> (x - mean) / std clipped to [-5, 5] (or the
+        ``input_scale`` set: x / value_max, (x - mean) / value_max).
 
         ``fresh``: ``x`` is a temporary nobody else holds, so it may be overwritten."""
+        if self.input_scale != "standardize":
+            if self._norm_cache is None:
+                inv = paddle.to_tensor((1.0 / np.asarray(self.value_max, np.float32)).astype(np.float32))
+                centre = self.obs_rms.mean if self.input_scale == "center" else np.zeros_like(self.obs_rms.mean)
+                self._norm_cache = (paddle.to_tensor(centre.astype(np.float32)), inv)
+            mean, inv = self._norm_cache
+            return (x - mean) * inv
         if self._norm_cache is None:
             self._norm_cache = (
                 paddle.to_tensor(self.obs_rms.mean.astype(np.float32)),

@@ -148,24 +148,34 @@ class FirstVisitGate:
 
 
 class IntrinsicRewardScale:
-    """What the agent is paid for novelty: RND's scaling, with the optional first-visit gate.
+    """What the agent is paid for novelty: RND's scaling, with the optional first-visit gate, or
+    the SND authors' clipping.
 
     ``scale(raw, ...)`` takes the raw novelty of a rollout, float[T, N], multiplies it by
     the ``FirstVisitGate`` (when ``first_visit``), and divides it by the running std of the
     discounted intrinsic return, computed along time per env (``RewardForwardFilter`` +
-    ``RunningMeanStd``), as the RND paper does. Its state (filter and statistics, not the
-    gate's per-episode memory) is checkpointed as ``{"int_filter", "int_rms"}``.
+    ``RunningMeanStd``), as the RND paper does. With ``clip_eta`` set (``--int-reward snd``)
+    it pays ``clip(clip_eta * raw, 0, 1)`` instead, as the SND authors' code does, with no
+    normalisation; the running std is still kept, for the logs only. Its state (filter and
+    statistics, not the gate's per-episode memory) is checkpointed as ``{"int_filter", "int_rms"}``.
     """
 
-    def __init__(self, gamma: float, num_envs: int, first_visit: bool = False):
+    def __init__(self, gamma: float, num_envs: int, first_visit: bool = False, clip_eta: float | None = None):
+        if clip_eta is not None and first_visit:
+            raise ValueError("the SND authors' clipped reward (clip_eta) has no first-visit gate")
         self.filter = RewardForwardFilter(gamma, num_envs)
         self.rms = RunningMeanStd(())
         self.gate = FirstVisitGate(num_envs) if first_visit else None
         self.gate_share = None  # the last rollout's gate values float32[T, N] (with the gate)
+        self.clip_eta = clip_eta
 
     def scale(self, raw: np.ndarray, first_obs, next_obs, reset_obs, dones) -> np.ndarray:
         """float32[T, N] rewards for raw novelty float[T, N]; the observations are the gate's
         (``FirstVisitGate.gate_rollout``)."""
+        if self.clip_eta is not None:  # the SND authors': eta x error, clipped, no normalisation
+            paid = np.clip(self.clip_eta * np.asarray(raw, np.float32), 0.0, 1.0)
+            self.rms.update(self.filter.filter_rollout(paid).ravel())  # the logged return std only
+            return paid.astype(np.float32)
         paid = raw
         if self.gate is not None:  # revisits within an episode earn nothing
             self.gate_share = self.gate.gate_rollout(first_obs, next_obs, reset_obs, dones)

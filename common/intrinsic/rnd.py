@@ -23,6 +23,12 @@ from common.run.distributed import NO_SYNC
 class DistillationModule(NormalizedInputModule):
     """Predictor distilled from a target network on normalized observations.
 
+    The novelty is ``||target(x) - predictor(x)||^2 / 2`` (``error`` "half_sum"), or the mean of the
+    squared differences over the features ("mean": the SND authors' for their targets).
+    ``use_authors_scale`` switches a module to the SND authors' input and error (``AUTHORS_SCALE``),
+    which ``--int-reward snd`` needs: there the reward is ``clip(eta x error, 0, 1)`` with no
+    normalisation, so the error's own scale is what the agent is paid.
+
     Args:
         target, predictor: ``nn.Layer`` mapping float32[B, k, H, W] -> float32[B, D].
         obs_shape: the stored observation shape (C, H, W); the module looks at the
@@ -53,6 +59,17 @@ class DistillationModule(NormalizedInputModule):
         self.predictor_opt = self._adam(lr, predictor.parameters())
         self.rng = np.random.default_rng(seed)
         self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.run.distributed)
+        self.error = "half_sum"
+
+    #: (input scale, error) of the SND authors' code for this kind of module: their RND reads the latest
+    #: frame in [0, 1] minus its running mean and pays half the summed squared error (Iskandor/SND,
+    #: ``RNDModelAtari``)
+    AUTHORS_SCALE = ("center", "half_sum")
+
+    def use_authors_scale(self, value_max=255.0) -> None:
+        """Read inputs and measure the error as the SND authors' code does (``AUTHORS_SCALE``)."""
+        scale, self.error = self.AUTHORS_SCALE
+        self.set_input_scale(scale, value_max)
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
         return adam(parameters, lr, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
@@ -75,7 +92,8 @@ class DistillationModule(NormalizedInputModule):
         for i in range(0, len(obs), CHUNK):
             x = self.normalize(obs[i : i + CHUNK])
             err = self._target_features(x) - self.predictor(x)
-            out.append((err * err).sum(axis=1).numpy() / 2.0)
+            squared = err * err
+            out.append(squared.mean(axis=1).numpy() if self.error == "mean" else squared.sum(axis=1).numpy() / 2.0)
         return np.concatenate(out).astype(np.float32)
 
     @paddle.no_grad()

@@ -205,6 +205,9 @@ class _SNDBase(DistillationModule):
     """
 
     TERMS: tuple = ()
+    #: their SND targets read the latest frame in [0, 1] as it is (``cnd_preprocess`` 0) and pay the mean
+    #: squared error over the features (``k_distance(2, ..., 'mean')``; SND-V's ``error``)
+    AUTHORS_SCALE = ("unit", "mean")
 
     def __init__(
         self,

@@ -121,11 +121,13 @@ class RolloutBuffer:
         int_gamma: float,
         ext_coef: float,
         int_coef: float,
+        int_episodic: bool = False,
     ) -> None:
-        """GAE per stream (intrinsic non-episodic) and A = ext_coef*A_ext + int_coef*A_int."""
+        """GAE per stream and A = ext_coef*A_ext + int_coef*A_int. The intrinsic stream runs on across
+        episode ends (RND) unless ``int_episodic`` (the SND authors' code cuts it there too)."""
         self.values_ext[-1], self.values_int[-1] = last_value_ext, last_value_int
         adv_ext = gae(self.rewards_ext, self.values_ext, self.dones, gamma, lam)
-        adv_int = gae(self.rewards_int, self.values_int, None, int_gamma, lam)
+        adv_int = gae(self.rewards_int, self.values_int, self.dones if int_episodic else None, int_gamma, lam)
         self.ret_ext = adv_ext + self.values_ext[:-1]
         self.ret_int = adv_int + self.values_int[:-1]
         self.adv_ext, self.adv_int = adv_ext, adv_int

@@ -9,8 +9,11 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from common.intrinsic import INTRINSIC_NAMES
+from common.intrinsic import INTRINSIC_NAMES, SND_CONVENTION_MODULES
 from common.run.config import RunConfig, arg, default, flag_name, need
+
+#: ``--int-reward``: how novelty is paid (``common.intrinsic.normalize.IntrinsicRewardScale``)
+INT_REWARDS = ("rnd", "snd")
 
 
 @dataclass
@@ -142,7 +145,25 @@ class TrainConfig(RunConfig):
     )
     int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
     ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
-    int_gamma: float = arg(0.99, "discount of the (non-episodic) intrinsic reward stream")
+    int_gamma: float = arg(0.99, "discount of the intrinsic reward stream")
+    int_reward: str = arg(
+        "rnd",
+        "how novelty is paid: rnd (the RND paper: the novelty of s_t+1, divided by the running std of the "
+        "discounted intrinsic return; the intrinsic return runs on across episode ends) or snd (the SND "
+        "authors' code: the novelty of s_t, the state the action is taken in, as clip(int_eta x error, 0, 1) "
+        "with no normalisation; the intrinsic return is cut at episode ends; the module reads pixels in "
+        "[0, 1] (RND: minus their running mean) and SND's error is the mean over features). "
+        "docs/sources.md, 'The SND authors' reward convention'",
+        choices=INT_REWARDS,
+    )
+    int_eta: float = arg(
+        1.0, "with --int-reward snd: the scale eta of clip(eta x error, 0, 1) (the SND authors' motivation_eta)"
+    )
+    intrinsic_epochs: int = arg(
+        0,
+        "epochs of each update in which the intrinsic module trains, one step per minibatch (0: all "
+        "--num-epochs; the SND authors' code trains it once over the rollout: 1)",
+    )
     update_proportion: float = arg(
         0.25, "share of each minibatch the intrinsic module trains on (RND/SND/NovelD predictor, ICM/E3B networks)"
     )
@@ -199,6 +220,7 @@ class TrainConfig(RunConfig):
         "snd_max_pairs",
     )
     NON_NEGATIVE = (
+        "intrinsic_epochs",
         "save_interval",
         "eval_interval",
         "video_interval",
@@ -249,6 +271,32 @@ class TrainConfig(RunConfig):
             "beta/--int-coef/--ext-coef",
             (self.beta, self.int_coef, self.ext_coef),
             "non-negative coefficients",
+        )
+        need(self.int_eta > 0, "int-eta", self.int_eta, "a positive scale")
+        need(
+            self.int_reward == "snd" or self.int_eta == 1.0,
+            "int-eta",
+            self.int_eta,
+            "1 unless --int-reward snd (the RND convention normalises the reward instead)",
+        )
+        need(
+            self.int_reward == "rnd" or self.intrinsic in SND_CONVENTION_MODULES,
+            "int-reward",
+            self.int_reward,
+            f"rnd with --intrinsic {self.intrinsic} (snd, the SND authors' convention, is defined for "
+            f"{', '.join(SND_CONVENTION_MODULES)})",
+        )
+        need(
+            self.int_reward == "rnd" or not self.int_first_visit,
+            "int-reward",
+            self.int_reward,
+            "rnd with --int-first-visit (the SND authors' convention has no first-visit gate)",
+        )
+        need(
+            self.intrinsic_epochs <= self.num_epochs,
+            "intrinsic-epochs",
+            self.intrinsic_epochs,
+            f"0 (every epoch) to --num-epochs ({self.num_epochs})",
         )
         need(
             self.rollout_size % self.batch_size == 0 and self.minibatch_size > 0,

@@ -2,6 +2,7 @@
 
     collect (T steps x N envs, uint8 obs)                           Actor + Pipeline
       -> intrinsic rewards for s_{t+1}, scaled by the std of their discounted return
+         (--int-reward snd: for s_t, clip(eta x error, 0, 1))         IntrinsicRewardScale
       -> GAE per stream, A = ext_coef * A_ext + int_coef * A_int      RolloutBuffer
       -> PPO epochs x minibatches (+ the intrinsic module's step)     PPO, IntrinsicModule
       -> log -> greedy eval every ``eval_interval`` -> checkpoint every ``save_interval``
@@ -112,7 +113,9 @@ class Trainer:
         self.actor = Actor(self.policy, engine)
         self.intrinsic = self._new_intrinsic()
         gated = (cfg.int_first_visit and cfg.intrinsic != "none") or self.intrinsic.first_visit_gate
-        self.int_scale = IntrinsicRewardScale(cfg.int_gamma, cfg.num_envs, first_visit=gated)
+        self.int_scale = IntrinsicRewardScale(
+            cfg.int_gamma, cfg.num_envs, first_visit=gated, clip_eta=cfg.int_eta if cfg.int_reward == "snd" else None
+        )
         self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
         self.stop = StopSignals("finishing this step, saving a checkpoint, closing workers")
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
@@ -264,29 +267,41 @@ class Trainer:
         return obs, episodes
 
     def intrinsic_rewards(self) -> np.ndarray:
-        """Raw novelty of every transition [T, N], and the scaled rewards stored in the buffer."""
+        """Raw novelty of every transition [T, N], and the scaled rewards stored in the buffer.
+
+        The RND paper pays each step for the novelty of the state it led to, s_{t+1}; the SND
+        authors' code (``--int-reward snd``) for the novelty of the state it was taken in, s_t."""
         buf = self.buffer
         T, N = buf.num_steps, buf.num_envs
         nxt = buf.next_obs_for_reward()
-        raw = self.intrinsic.rollout_reward(buf.obs, nxt, buf.actions, buf.dones)
+        if self.cfg.int_reward == "snd":  # as their code: the running mean sees s_t before s_t is scored
+            states = buf.obs[:-1].reshape(T * N, *self.obs_shape)
+            self.intrinsic.observe(states)
+            raw = self.intrinsic.reward(states).reshape(T, N)
+        else:
+            raw = self.intrinsic.rollout_reward(buf.obs, nxt, buf.actions, buf.dones)
+            self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
         buf.store_intrinsic_rewards(self.int_scale.scale(raw, *buf.visit_frames(nxt)))
-        self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
         return raw
 
     def learn(self) -> dict | None:
         """PPO epochs over the buffer; returns mean losses, or None at the first non-finite loss.
 
-        With more than one CPU thread (``num_threads``), each minibatch's intrinsic-module
-        step runs on a second thread while the PPO step runs here: they share no
-        parameters, optimizers or random generators, so the result is the sequential one
-        (Paddle's grad mode is per thread). The caller rolls a failed update back (``train``).
+        The intrinsic module takes a step on each minibatch of the first ``intrinsic_epochs``
+        epochs (0: all). With more than one CPU thread (``num_threads``), that step runs on a
+        second thread while the PPO step runs here: they share no parameters, optimizers or
+        random generators, so the result is the sequential one (Paddle's grad mode is per
+        thread). The caller rolls a failed update back (``train``).
         """
         cfg = self.cfg
-        sums, count = collections.defaultdict(float), 0
+        sums, counts = collections.defaultdict(float), collections.defaultdict(int)
+        module_epochs = cfg.intrinsic_epochs or cfg.num_epochs
         self.policy.train()
-        for _ in range(cfg.num_epochs):
+        for epoch in range(cfg.num_epochs):
             for batch in self.buffer.minibatches(cfg.batch_size, self.rng):
-                if self._side is not None:
+                if epoch >= module_epochs:
+                    out, int_out = self.ppo.step(batch), {}
+                elif self._side is not None:
                     pending = self._side.submit(self.intrinsic.update, batch)
                     out = self.ppo.step(batch)
                     int_out = pending.result()
@@ -297,8 +312,8 @@ class Trainer:
                     return None
                 for k, v in {**out, **int_out}.items():
                     sums[k] += v
-                count += 1
-        return {k: v / count for k, v in sums.items()}
+                    counts[k] += 1
+        return {k: v / counts[k] for k, v in sums.items()}
 
     def _update(self, snapshot: dict):
         """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``."""
@@ -418,7 +433,14 @@ class Trainer:
         with self.math_threads():
             raw_int = self.intrinsic_rewards()
         self.buffer.compute_returns_and_advantages(
-            last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef
+            last_ext,
+            last_int,
+            cfg.gamma,
+            cfg.tau,
+            cfg.int_gamma,
+            cfg.ext_coef,
+            cfg.int_coef,
+            int_episodic=cfg.int_reward == "snd",
         )
         t1 = time.perf_counter()
         losses = self._update(snapshot)

@@ -120,21 +120,40 @@ def flag_name(name: str) -> str:
     return name.replace("_", "-")
 
 
+def _as_flags(values: dict) -> str:
+    """``{"world": 1, "stop_when_solved": True}`` -> ``--world 1 --stop-when-solved``."""
+    return " ".join(
+        (f"--{flag_name(k)}" if v else f"--no-{flag_name(k)}") if isinstance(v, bool) else f"--{flag_name(k)} {v}"
+        for k, v in values.items()
+    )
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A named set of defaults for a game's flags (``--recipe NAME``): ``values`` maps field names to
     values; flags typed on the command line still win. ``why`` says what the recipe is for and where
-    its choices come from; ``--help`` prints both, generated from this one object."""
+    its choices come from; ``--help`` prints both, generated from this one object.
+
+    ``cases`` holds values that depend on one other field, ``(field, {its value: {name: value}})``:
+    the SND authors' settings differ per method (``--intrinsic``), e.g. ``("intrinsic", {"none":
+    {"gamma": 0.99}})``. The field is read after the recipe's ``values`` and the typed flags, and
+    the matching case's values become defaults too (typed flags still win)."""
 
     why: str
     values: dict
+    cases: tuple = ()
 
     def describe(self) -> str:
-        """The recipe as the flags it stands for: ``--world 1 --stage 1 ... --stop-when-solved``."""
-        return " ".join(
-            (f"--{flag_name(k)}" if v else f"--no-{flag_name(k)}") if isinstance(v, bool) else f"--{flag_name(k)} {v}"
-            for k, v in self.values.items()
-        )
+        """The recipe as the flags it stands for: ``--world 1 --stage 1 ... --stop-when-solved``, then each case."""
+        text = _as_flags(self.values)
+        if self.cases:
+            field_, by_value = self.cases
+            text += "".join(f"; with --{flag_name(field_)} {v}: {_as_flags(vals)}" for v, vals in by_value.items())
+        return text
+
+    def case_values(self, chosen) -> dict:
+        """The values of the case for ``chosen`` (the value of the case field), {} if none matches."""
+        return dict(self.cases[1].get(chosen, {})) if self.cases else {}
 
 
 @dataclass
@@ -253,7 +272,10 @@ def parse_config(cls, argv=None, description: str = ""):
     # a recipe's values become the defaults, so the flags typed still win (an unknown name: refused below)
     recipe = getattr(parser.parse_known_args(argv)[0], "recipe", "")
     if recipe in getattr(cls, "RECIPES", {}):
-        parser.set_defaults(**cls.RECIPES[recipe].values)
+        chosen = cls.RECIPES[recipe]
+        parser.set_defaults(**chosen.values)
+        if chosen.cases:  # the values that depend on another field, as typed or as the recipe set it
+            parser.set_defaults(**chosen.case_values(getattr(parser.parse_known_args(argv)[0], chosen.cases[0])))
     ns = parser.parse_args(argv)
     cfg = cls(**vars(ns))
     try:

@@ -33,6 +33,7 @@ INT_REWARD_RAW = "intrinsic/raw_reward_mean"
 INT_REWARD_RAW_CV = "intrinsic/raw_reward_cv"
 INT_RETURN_STD = "intrinsic/return_std"
 FIRST_VISIT_SHARE = "intrinsic/first_visit_share"
+CLIPPED_SHARE = "intrinsic/clipped_share"
 ACTION_SHARE = "charts/action_share"
 ADV_EXT = "charts/advantage_ext_mean"
 ADV_INT = "charts/advantage_int_mean"
@@ -266,6 +267,8 @@ class RunLog:
         lg.scalar(INT_REWARD_RAW_CV, raw_int.std() / max(float(raw_int.mean()), 1e-12), step)
         if gate_share is not None:
             lg.scalar(FIRST_VISIT_SHARE, gate_share.mean(), step)
+        if cfg.int_reward == "snd":  # clip(eta x error, 0, 1): how often the clip bites
+            lg.scalar(CLIPPED_SHARE, float((buf.rewards_int >= 1.0).mean()), step)
         names = self.spec.action_names(cfg) if self.spec.action_names is not None else None
         shares = np.bincount(buf.actions.ravel(), minlength=self.num_actions) / buf.actions.size
         for a, share in enumerate(shares):  # what the policy does (e.g. novelty farming by pickup/drop)

@@ -1,0 +1,339 @@
+"""Montezuma's Revenge at the SND authors' settings: plain PPO, RND and the SND targets, 4M agent steps each.
+
+    setsid nice -n 10 python benchmarks/montezuma_snd.py    # the plan of docs/montezuma.md, resumable
+    python benchmarks/montezuma_snd.py --runs rnd:0          # one run
+    python benchmarks/montezuma_snd.py --report-only         # rebuild the report from the committed summaries
+    python benchmarks/montezuma_snd.py --status              # where each run stands
+    python benchmarks/montezuma_snd.py --pack-state          # the unfinished runs' resume state, to commit
+
+Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --seed <k>`` (128 envs x
+128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
+a checkpoint every 10 updates (~6-12 minutes here). Runs go one after the other. A run cut short
+continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
+continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed to float16 weights without
+optimizer moments (``lanes.slim_checkpoint``, ~11 MB), with its config, metrics and segments into
+``benchmarks/lane_state/montezuma_snd/`` to be committed; a later invocation that finds no folder for
+the run restores them and resumes there (fresh Adam moments, weights rounded to float16: a resumed
+run says so in its segments).
+
+A run's summary ``docs/results/montezuma_snd/<run name>.json`` (curves per 65,536 agent steps, rooms,
+first steps with a score of 400 and with a second room, hours, segments) is rewritten at every new
+checkpoint while it runs (``"status": "running"``) and once more when it ends (``"budget"``).
+``--report-only`` rebuilds the results block of ``docs/montezuma.md`` and ``docs/montezuma.png`` from the
+summaries alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import lanes  # noqa: E402
+from common.run import logger as tags  # noqa: E402
+from common.run.logger import read_metrics  # noqa: E402
+from montezuma.env import rooms_of_mask  # noqa: E402
+
+RECIPE = "snd-montezuma"
+#: the plan of docs/montezuma.md, in order: (method, seed)
+PLAN = (
+    ("none", 0),
+    ("snd-std", 0),
+    ("snd-vic", 0),
+    ("rnd", 0),
+    ("snd-vic", 1),
+    ("rnd", 1),
+    ("snd-std", 1),
+    ("snd-v", 0),
+)
+METHODS = {"none": "PPO", "rnd": "PPO + RND", "snd-std": "SND-STD", "snd-vic": "SND-VIC", "snd-v": "SND-V"}
+COLORS = {"none": "C0", "rnd": "C3", "snd-std": "C2", "snd-vic": "C1", "snd-v": "C4"}
+#: the SND authors' chart (assets/results_chart.png, mean of 8-9 runs; read off the figure, about +-10 %):
+#: positive-reward events per episode at the agent steps given
+SND_CHART = {
+    "none": "0 throughout 128M",
+    "rnd": "about 1 at 7M, 2 at 12M",
+    "snd-std": "about 2.7 by 2-3M",
+    "snd-vic": "about 2.5 by 3-4M",
+    "snd-v": "(not read)",
+}
+RUN_ARGS = ("--save-interval", "10", "--eval-interval", "20", "--video-interval", "100")
+CURVE_BIN = 65_536  # agent steps per point of the curves: 4 updates
+SCORE_MARK = 400  # the key (100) and a door (300): the score of leaving the first room through a door
+RESULTS = os.path.join(ROOT, "docs", "results", "montezuma_snd")
+LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "montezuma_snd")
+DOCS = os.path.join(ROOT, "docs")
+START, END = "<!-- montezuma-results:start -->", "<!-- montezuma-results:end -->"
+PREFIX = "montezuma"  # montezuma_<update>.pdparams
+
+
+def run_name(method, seed):
+    return f"montezuma_{method}_seed{seed}"
+
+
+def command(method, seed, out, resume=None, extra=()):
+    argv = [
+        sys.executable,
+        os.path.join(ROOT, "montezuma", "train.py"),
+        "--recipe",
+        RECIPE,
+        "--intrinsic",
+        method,
+        "--seed",
+        str(seed),
+        "--log-path",
+        out,
+        "--run-name",
+        run_name(method, seed),
+        *RUN_ARGS,
+        *extra,
+    ]
+    return argv + (["--resume", resume] if resume else [])
+
+
+# ---------------------------------------------------------------------------------- summaries
+def _first(steps, hit):
+    idx = np.flatnonzero(hit)
+    return int(steps[idx[0]]) if len(idx) else None
+
+
+def summarize_run(out, method, seed, status) -> dict:
+    """A run's summary from its folder: per-bin curves, rooms, first marks, hours, segments."""
+    name = run_name(method, seed)
+    run_dir = os.path.join(out, name)
+    m = read_metrics(run_dir)
+    empty = (np.zeros(0), np.zeros(0))
+    ep_s, ep_score = m.get("episode/score", empty)
+    _, ep_events = m.get("episode/events", empty)
+    _, ep_rooms = m.get("episode/rooms", empty)
+    _, ep_mask = m.get("episode/room_mask", empty)
+    ev_s, ev_score = m.get("eval/score", empty)
+    _, ev_rooms = m.get("eval/rooms", empty)
+    rate_s, rate = m.get(tags.STEPS_PER_SEC, empty)
+    steps = int(rate_s[-1]) if len(rate_s) else 0
+    edges = np.arange(0, steps + CURVE_BIN, CURVE_BIN)
+    first_room = {}
+    for s, mask in zip(ep_s, ep_mask):
+        for room in rooms_of_mask(mask):
+            first_room.setdefault(room, int(s))
+    order = np.argsort(ev_s, kind="stable")  # background evals are logged as they arrive
+    counts = [int(((ep_s > lo) & (ep_s <= hi)).sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    return {
+        "method": method,
+        "seed": seed,
+        "recipe": RECIPE,
+        "status": status,
+        "agent_steps": steps,
+        "logged_hours": lanes.logged_hours(rate_s, rate),
+        "training_episodes": int(len(ep_s)),
+        "rooms_reached": sorted(first_room),
+        "room_first_step": {str(k): v for k, v in sorted(first_room.items())},
+        "max_rooms_in_an_episode": int(ep_rooms.max()) if len(ep_rooms) else 0,
+        "max_score": float(ep_score.max()) if len(ep_score) else 0.0,
+        "max_events": int(ep_events.max()) if len(ep_events) else 0,
+        "first_step_score_400": _first(ep_s, ep_score >= SCORE_MARK),
+        "first_step_second_room": _first(ep_s, ep_rooms >= 2),
+        "first_step_key": _first(ep_s, ep_events >= 1),
+        "median_steps_per_sec": round(float(np.median(rate)), 1) if len(rate) else None,
+        "curve": {
+            "steps": edges[1:].astype(int).tolist(),
+            "episodes": counts,
+            "events": lanes.binned(ep_s, ep_events, edges),
+            "score": lanes.binned(ep_s, ep_score, edges),
+            "rooms": lanes.binned(ep_s, ep_rooms, edges),
+            "second_room_share": lanes.binned(ep_s, (ep_rooms >= 2).astype(float), edges),
+        },
+        "eval": {
+            "steps": ev_s[order].astype(int).tolist(),
+            "score": ev_score[order].tolist(),
+            "rooms": ev_rooms[order].astype(int).tolist() if len(ev_rooms) else [],
+        },
+        "segments": lanes.read_segments(out, name),
+        "command": [a.replace(ROOT + os.sep, "") for a in command(method, seed, "runs/montezuma_snd")[1:]],
+        "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def summary_path(results, method, seed):
+    return os.path.join(results, run_name(method, seed) + ".json")
+
+
+def load_summaries(results) -> list:
+    out = []
+    for path in sorted(glob.glob(os.path.join(results, "montezuma_*_seed*.json"))):
+        with open(path, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return sorted(out, key=lambda s: (list(METHODS).index(s["method"]), s["seed"]))
+
+
+def planned(plan, out, results, extra=()) -> list:
+    """The plan as ``lanes.PlannedRun``s."""
+    return [
+        lanes.PlannedRun(
+            name=run_name(method, seed),
+            argv=functools.partial(lambda m, s, resume: command(m, s, out, resume, extra), method, seed),
+            prefix=PREFIX,
+            summarize=functools.partial(lambda m, s, out_, status: summarize_run(out_, m, s, status), method, seed),
+            summary_path=summary_path(results, method, seed),
+        )
+        for method, seed in plan
+    ]
+
+
+def describe(summary) -> str:
+    return (
+        f"{summary['agent_steps']:,} steps, rooms {summary['rooms_reached']}, "
+        f"best score {summary['max_score']:g}, first 400 at {summary['first_step_score_400']}"
+    )
+
+
+# ---------------------------------------------------------------------------------- report
+def _step(v):
+    return "-" if v is None else f"{v / 1e6:.2f}M"
+
+
+def _last_mean(values, n=8):
+    """The mean of the last ``n`` non-empty bins (the last ~0.5M agent steps), or None."""
+    vals = [v for v in values if v is not None][-n:]
+    return None if not vals else float(np.mean(vals))
+
+
+def markdown(summaries) -> str:
+    if not summaries:
+        return "(no run has a summary yet)"
+    lines = [
+        "Generated by `python benchmarks/montezuma_snd.py --report-only` from "
+        "`docs/results/montezuma_snd/*.json`. Training episodes (sticky actions, sampled actions); "
+        "'events' are steps with a positive reward (the SND authors' chart: 1 about the key, 2 the key "
+        "and a door); 'last 0.5M' is the mean over the episodes of the last 8 bins of 65,536 agent steps. "
+        "Hours are the logged wall time on the shared 2-core machine.",
+        "",
+        "| method | seed | status | agent steps | hours | rooms reached | most rooms in an episode "
+        "| best score | first key | first score >= 400 | first 2nd room | events, last 0.5M "
+        "| SND chart (their 8-9 runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        last = _last_mean(s["curve"]["events"])
+        hours = "-" if s["logged_hours"] is None else f"{s['logged_hours']:.2f}"
+        lines.append(
+            f"| {METHODS[s['method']]} | {s['seed']} | {s['status']} | {s['agent_steps']:,} | {hours} "
+            f"| {', '.join(map(str, s['rooms_reached'])) or '-'} | {s['max_rooms_in_an_episode']} "
+            f"| {s['max_score']:g} | {_step(s['first_step_key'])} | {_step(s['first_step_score_400'])} "
+            f"| {_step(s['first_step_second_room'])} | {'-' if last is None else f'{last:.2f}'} "
+            f"| {SND_CHART[s['method']]} |"
+        )
+    lines += ["", "Segments (each start of a run's process):", ""]
+    lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
+    for s in summaries:
+        starts = [e for e in s["segments"] if e.get("event") == "start"]
+        ends = [e for e in s["segments"] if e.get("event") == "end"]
+        for k, e in enumerate(starts):
+            end = ends[k]["returncode"] if k < len(ends) else "(running or cut off)"
+            lines.append(
+                f"| {run_name(s['method'], s['seed'])} | {e['time']} | {e.get('resume_update', 0)} "
+                f"| {e['commit'][:7]} | {end} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(summaries, path):
+    """Per method: events per episode, score and the share of episodes past room 1, every seed, with the
+    band from the lowest to the highest seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("events", "positive-reward events per episode"), ("score", "score per episode"))
+    panels += (("second_room_share", "share of episodes that reach a second room"),)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), squeeze=False)
+    for ax, (key, title) in zip(axes[:, 0], panels):
+        for method in METHODS:
+            runs = [s for s in summaries if s["method"] == method]
+            curves = []
+            for s in runs:
+                c = s["curve"]
+                ys = np.array([np.nan if v is None else v for v in c[key]], float)
+                ax.plot(c["steps"], ys, color=COLORS[method], alpha=0.85, lw=1, label=f"{METHODS[method]} s{s['seed']}")
+                curves.append((np.array(c["steps"]), ys))
+            if len(curves) > 1:
+                n = min(len(x) for x, _ in curves)
+                ys = np.array([y[:n] for _, y in curves])
+                ax.fill_between(curves[0][0][:n], np.nanmin(ys, 0), np.nanmax(ys, 0), color=COLORS[method], alpha=0.15)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("agent steps")
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(results, docs):
+    summaries = load_summaries(results)
+    md = os.path.join(docs, "montezuma.md")
+    with open(md, encoding="utf-8") as f:
+        text = f.read()
+    a, b = text.index(START) + len(START), text.index(END)
+    block = markdown(summaries)
+    if summaries:
+        plot(summaries, os.path.join(docs, "montezuma.png"))
+        block = "![events, score and second-room share per episode](montezuma.png)\n\n" + block
+    with open(md, "w", encoding="utf-8") as f:
+        f.write(text[:a] + "\n" + block + "\n" + text[b:])
+    return md
+
+
+def parse_runs(text):
+    out = []
+    for item in text.split(","):
+        method, _, seed = item.partition(":")
+        if method not in METHODS or not seed.isdigit():
+            raise SystemExit(
+                f"--runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(METHODS)}"
+            )
+        out.append((method, int(seed)))
+    return tuple(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="", help="comma-separated METHOD:SEED (default: the whole plan)")
+    p.add_argument("--out", default=os.path.join(ROOT, "runs", "montezuma_snd"), help="parent folder of the runs")
+    p.add_argument("--results", default=RESULTS, help="folder of the runs' summaries")
+    p.add_argument("--docs", default=DOCS, help="folder of montezuma.md (the report)")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
+    p.add_argument("--status", action="store_true", help="print each summary's status and stop")
+    p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
+    p.add_argument("--state", default=LANE_STATE, help="folder of the packed resume state (restored when missing)")
+    args, extra = p.parse_known_args(argv)  # anything else goes to montezuma/train.py (checks, e.g. a small budget)
+    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
+    plan = planned(parse_runs(args.runs) if args.runs else PLAN, args.out, args.results, extra)
+    if args.pack_state:
+        lanes.pack_state(plan, args.out, args.state)
+        return 0
+    if args.status:
+        for s in load_summaries(args.results):
+            print(f"{run_name(s['method'], s['seed'])}: {s['status']}, {describe(s)}")
+        return 0
+    if not args.report_only:
+        failed = lanes.run_plan(plan, args.out, state=args.state, describe=describe)
+        if failed:
+            print("failed:", ", ".join(failed), file=sys.stderr)
+    print("report:", write_report(args.results, args.docs))
+    return 0
+
+
+if __name__ == "__main__":
+    lanes.interrupt_on_sigterm()  # `kill` stops the runs too (they save), as Ctrl-C does
+    sys.exit(main())
