@@ -1,0 +1,93 @@
+"""benchmarks/montezuma_snd.py on real tiny runs: the plan's scheduler, the summary, packing a run's resume
+state small and continuing it on a machine without its folder, the report from the summaries alone."""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import lanes  # noqa: E402
+import montezuma_snd as bench  # noqa: E402
+
+from common.run.checkpoint import load_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real emulators and training runs
+
+TINY = ["--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2"]
+TINY += ["--save-interval", "1", "--eval-interval", "0", "--picture-interval", "0", "--embedding-interval", "0"]
+
+
+def _bench(tmp_path, steps, *args):
+    docs = tmp_path / "docs"
+    docs.mkdir(exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "docs", "montezuma.md"), docs / "montezuma.md")
+    argv = ["--runs", "snd-vic:0", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "res")]
+    argv += ["--state", str(tmp_path / "state"), "--docs", str(docs), *args]
+    return bench.main(argv + TINY + ["--num-global-steps", str(steps)])
+
+
+def test_a_packed_run_continues_on_a_machine_without_its_folder(tmp_path):
+    out, res, state = tmp_path / "out", tmp_path / "res", tmp_path / "state"
+    name = bench.run_name("snd-vic", 0)
+    assert _bench(tmp_path, 32) == 0  # 2 updates of 2 envs x 8 steps
+    summary_file = res / f"{name}.json"
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "budget" and summary["agent_steps"] == 32 and summary["recipe"] == "snd-montezuma"
+    assert summary["command"][:4] == ["montezuma/train.py", "--recipe", "snd-montezuma", "--intrinsic"]
+
+    # the run as if cut off by the end of a machine's life: packed small, its folder gone
+    summary["status"] = "stopped"
+    summary_file.write_text(json.dumps(summary))
+    newest, update = lanes.newest_checkpoint(str(out / name), bench.PREFIX)
+    assert update == 2
+    assert _bench(tmp_path, 32, "--pack-state") == 0
+    packed = state / name / "models" / os.path.basename(newest)
+    assert os.path.getsize(packed) < 0.4 * os.path.getsize(newest)  # float16 weights, no Adam moments
+    slim = load_checkpoint(str(packed))
+    assert slim["optimizer"] == {} and slim["intrinsic"]["predictor_opt"] == {}
+    assert slim["intrinsic"]["target_opt"] == {} and slim["update"] == 2
+    assert all(np.asarray(v).dtype == np.float16 for v in slim["policy"].values())
+    shutil.rmtree(out)
+
+    assert _bench(tmp_path, 48) == 0  # restored, resumed from update 2, one more update
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "budget" and summary["agent_steps"] == 48
+    starts = [e for e in summary["segments"] if e["event"] == "start"]
+    assert [e["resume_update"] for e in starts] == [0, 2]
+    restored = load_checkpoint(str(out / name / "models" / f"{bench.PREFIX}_3.pdparams"))
+    assert restored["update"] == 3 and restored["optimizer"]  # trained on: fresh moments since the resume
+    steps = [json.loads(line)["step"] for line in open(out / name / "metrics.jsonl")]
+    rates = [s for s, line in zip(steps, open(out / name / "metrics.jsonl")) if "perf/steps_per_sec" in line]
+    assert rates == [16, 32, 48]  # each update logged once across the two machines
+
+    # finished: the next pack removes its state; the report is rebuilt from the summary alone
+    assert _bench(tmp_path, 48, "--pack-state") == 0 and not (state / name).exists()
+    shutil.rmtree(out)
+    assert _bench(tmp_path, 48, "--report-only") == 0
+    report = (tmp_path / "docs" / "montezuma.md").read_text()
+    assert "| SND-VIC | 0 | budget | 48 |" in report and (tmp_path / "docs" / "montezuma.png").exists()
+
+
+def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):
+    run_dir = tmp_path / bench.run_name("rnd", 1)
+    run_dir.mkdir()
+    records = [{"tag": "perf/steps_per_sec", "step": 70_000, "value": 500.0}]
+    for step, rooms, score, events in [(10_000, [1], 0, 0), (30_000, [1], 100, 1), (70_000, [0, 1, 4], 400, 2)]:
+        records += [
+            {"tag": "episode/rooms", "step": step, "value": float(len(rooms))},
+            {"tag": "episode/room_mask", "step": step, "value": float(sum(2**r for r in rooms))},
+            {"tag": "episode/score", "step": step, "value": float(score)},
+            {"tag": "episode/events", "step": step, "value": float(events)},
+        ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    s = bench.summarize_run(str(tmp_path), "rnd", 1, "running")
+    assert s["rooms_reached"] == [0, 1, 4] and s["room_first_step"] == {"0": 70_000, "1": 10_000, "4": 70_000}
+    assert (s["first_step_key"], s["first_step_score_400"], s["first_step_second_room"]) == (30_000, 70_000, 70_000)
+    assert s["curve"]["steps"] == [65_536, 131_072] and s["curve"]["episodes"] == [2, 1]
+    assert s["curve"]["events"] == [0.5, 2.0] and s["curve"]["second_room_share"] == [0.0, 1.0]
