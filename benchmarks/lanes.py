@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import typing
@@ -310,6 +311,31 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     return failed
 
 
+# ---------------------------------------------------------------------------------- reports
+def segments_table(summaries, name_of) -> list:
+    """Markdown lines: a table of every start of each summarized run's process (``read_segments``), with
+    the update it resumed from, the commit and how it ended; ``name_of(summary)`` is the run's name."""
+    lines = ["Segments (each start of a run's process):", ""]
+    lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
+    for s in summaries:
+        starts = [e for e in s["segments"] if e.get("event") == "start"]
+        ends = [e for e in s["segments"] if e.get("event") == "end"]
+        for k, e in enumerate(starts):
+            end = ends[k]["returncode"] if k < len(ends) else "(running or cut off)"
+            lines.append(f"| {name_of(s)} | {e['time']} | {e.get('resume_update', 0)} | {e['commit'][:7]} | {end} |")
+    return lines
+
+
+def replace_block(path, start, end, block) -> str:
+    """Put ``block`` between the marker lines ``start`` and ``end`` of the text file ``path``; returns ``path``."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    a, b = text.index(start) + len(start), text.index(end)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:a] + "\n" + block + "\n" + text[b:])
+    return path
+
+
 # ---------------------------------------------------------------------------------- resume state in git
 #: the checkpoint entries that hold optimizer moments: a packed checkpoint leaves them out
 OPTIMIZER_KEYS = ("optimizer", "predictor_opt", "target_opt")
@@ -330,36 +356,31 @@ def _drop_optimizers(state):
     return state
 
 
+def _recast_checkpoint(src, dst, from_dtype, to_dtype, drop_optimizers: bool) -> str:
+    """Checkpoint ``src`` written to ``dst`` with every ``from_dtype`` tensor as a ``to_dtype`` numpy array."""
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
+
+    def recast(leaf):
+        array = leaf if isinstance(leaf, np.ndarray) else leaf.numpy() if hasattr(leaf, "numpy") else None
+        if array is None:
+            return leaf
+        return array.astype(to_dtype) if array.dtype == from_dtype else array
+
+    state = load_checkpoint(src)
+    state.pop("format", None)
+    return save_checkpoint(dst, _map_state(_drop_optimizers(state) if drop_optimizers else state, recast))
+
+
 def slim_checkpoint(src, dst) -> str:
     """Write a small copy of checkpoint ``src`` to ``dst``: float32 tensors as float16 numpy arrays, no
     optimizer moments (a run resumed from it starts fresh Adam moments, which the trainer does for an
     empty optimizer entry). About a quarter of the size: what a lane commits to continue a run elsewhere."""
-    from common.run.checkpoint import load_checkpoint, save_checkpoint
-
-    def small(leaf):
-        array = leaf.numpy() if hasattr(leaf, "numpy") and not isinstance(leaf, np.ndarray) else leaf
-        if isinstance(array, np.ndarray) and array.dtype == np.float32:
-            return array.astype(np.float16)
-        return array if isinstance(array, np.ndarray) else leaf
-
-    state = load_checkpoint(src)
-    state.pop("format", None)
-    return save_checkpoint(dst, _map_state(_drop_optimizers(state), small))
+    return _recast_checkpoint(src, dst, np.float32, np.float16, drop_optimizers=True)
 
 
 def unslim_checkpoint(src, dst) -> str:
     """``slim_checkpoint`` undone as far as it can be: float16 arrays back to float32 (the rounding stays)."""
-    from common.run.checkpoint import load_checkpoint, save_checkpoint
-
-    def full(leaf):
-        array = leaf.numpy() if hasattr(leaf, "numpy") and not isinstance(leaf, np.ndarray) else leaf
-        if isinstance(array, np.ndarray) and array.dtype == np.float16:
-            return array.astype(np.float32)
-        return array if isinstance(array, np.ndarray) else leaf
-
-    state = load_checkpoint(src)
-    state.pop("format", None)
-    return save_checkpoint(dst, _map_state(state, full))
+    return _recast_checkpoint(src, dst, np.float16, np.float32, drop_optimizers=False)
 
 
 PACKED_FILES = ("config.json", "metrics.jsonl")
@@ -415,3 +436,43 @@ def restore_state(out, state) -> list:
         restored.append(name)
         print(f"{name}: restored from {src}")
     return restored
+
+
+# ---------------------------------------------------------------------------------- a suite's command line
+def suite_main(suite, argv=None) -> int:
+    """The command line of a long-run suite: run its plan (resumable), ``--report-only``, ``--status``,
+    ``--pack-state``. ``suite`` is the suite's module: ``__doc__``, ``PLAN``, ``RUN_FORMAT`` (what
+    ``--runs`` takes), ``parse_runs(text)``, ``planned(plan, out, results, lanes_at_once, extra)``,
+    ``load_summaries(results)``, ``describe(summary)``, ``summary_name(summary)``,
+    ``write_report(results, docs)``, and the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE``.
+    Flags it does not know go to the trainer of every run (checks, e.g. a small budget)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", default="", help=f"comma-separated {suite.RUN_FORMAT} (default: the whole plan)")
+    p.add_argument("--lanes", type=int, default=1, choices=(1, 2), help="runs at a time (2: one thread each)")
+    p.add_argument("--out", default=suite.OUT, help="parent folder of the runs")
+    p.add_argument("--results", default=suite.RESULTS, help="folder of the runs' summaries")
+    p.add_argument("--docs", default=suite.DOCS, help="folder of the report")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
+    p.add_argument("--status", action="store_true", help="print each summary's status and stop")
+    p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
+    p.add_argument("--state", default=suite.LANE_STATE, help="folder of packed resume state (restored when missing)")
+    args, extra = p.parse_known_args(argv)
+    carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
+    plan = suite.planned(
+        suite.parse_runs(args.runs) if args.runs else suite.PLAN, args.out, args.results, args.lanes, extra
+    )
+    if args.pack_state:
+        pack_state(plan, args.out, args.state)
+        return 0
+    if args.status:
+        for s in suite.load_summaries(args.results):
+            print(f"{suite.summary_name(s)}: {s['status']}, {suite.describe(s)}")
+        return 0
+    if not args.report_only:
+        failed = run_plan(plan, args.out, args.lanes, args.state, describe=suite.describe)
+        if failed:
+            print("failed:", ", ".join(failed), file=sys.stderr)
+    print("report:", suite.write_report(args.results, args.docs))
+    return 0

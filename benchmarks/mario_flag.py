@@ -13,10 +13,11 @@ greedy flag (``--stop-when-solved``) or after 4M agent steps. Runs go one after 
 away) continues from its newest numbered checkpoint, its ``metrics.jsonl`` cut back to that
 checkpoint first; only the newest two checkpoints are kept. Each start and end of a run's
 process is appended to ``<out>/<run name>.segments.jsonl`` (time, commit, steps), so a summary
-can say what ran when. A run longer than one machine's life continues on the next: ``--pack-state``
-copies its newest checkpoint (if at most 12 MB: plain PPO's; RND's 41 MB with ``--pack-max-mb 48``), config,
-metrics and segments into ``benchmarks/lane_state/mario_flag/`` to be committed, and a later
-invocation that finds no folder for the run restores them and resumes from that checkpoint.
+can say what ran when (the scheduler is ``lanes.run_plan``). A run longer than one machine's life
+continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (float16 weights, no
+optimizer moments: ``lanes.slim_checkpoint``), config, metrics and segments into
+``benchmarks/lane_state/mario_flag/`` to be committed, and a later invocation that finds no folder for
+the run restores them and resumes from that checkpoint.
 
 A run's summary ``<results>/<run name>.json`` (curves, first flag, hours, segments) is rewritten
 at every new checkpoint while it runs (``"status": "running"``) and once more when it ends
@@ -27,13 +28,10 @@ are skipped. ``--report-only`` rebuilds the results block of ``docs/mario_learni
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
+import functools
 import glob
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
@@ -45,7 +43,6 @@ if ROOT not in sys.path:
 
 from benchmarks import lanes  # noqa: E402
 from common.run import logger as tags  # noqa: E402
-from common.run.launch import SIGNAL_EXIT  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 
 RECIPE = "cpu-1-1"
@@ -60,14 +57,13 @@ PLAN = (
 )
 METHODS = {"rnd": "PPO + RND", "none": "PPO"}
 COLORS = {"rnd": "C3", "none": "C0"}
-KEEP_CHECKPOINTS = 2
 CURVE_BIN = 50_000  # agent steps per point of the training-episode curves
 RESULTS = os.path.join(ROOT, "docs", "results", "mario_flag")
 #: unfinished runs' resume state, committed so that a run outlives the machine it ran on (``--pack-state``)
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_flag")
-PACK_MAX_MB = 12.0  # a plain PPO checkpoint (policy + Adam) is ~7.5 MB; an RND one (~41 MB) only with --pack-max-mb
-PACKED_FILES = ("config.json", "metrics.jsonl")
 DOCS = os.path.join(ROOT, "docs")
+OUT = os.path.join(ROOT, "runs", "mario_flag")
+RUN_FORMAT = "LEVEL:METHOD:SEED"
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
 FINISHED = ("flag", "budget")
 
@@ -172,148 +168,42 @@ def load_summaries(results) -> list:
     return sorted(out, key=lambda s: (s["level"], s["method"] != "rnd", s["seed"]))
 
 
-def finished(results, level, method, seed) -> bool:
-    path = summary_path(results, level, method, seed)
-    if not os.path.exists(path):
-        return False
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("status") in FINISHED
-
-
 # ---------------------------------------------------------------------------------- running
-@dataclasses.dataclass
-class _Running:
-    level: str
-    method: str
-    seed: int
-    proc: subprocess.Popen
-    log: object
-    newest: int  # the update of the newest checkpoint seen
+def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
+    """The plan as ``lanes.PlannedRun``s (one thread each when two run at once)."""
+    threads = 1 if lanes_at_once > 1 else 0
 
-    @property
-    def name(self):
-        return run_name(self.level, self.method, self.seed)
+    def at_end(level, returncode, run_dir):
+        solved = os.path.exists(os.path.join(run_dir, "models", checkpoint_prefix(level) + ".pdparams"))
+        return "flag" if solved else "budget"
 
-
-def pack_state(out, results, state=LANE_STATE, max_mb=PACK_MAX_MB) -> list:
-    """Copy each unfinished run's resume state (newest checkpoint, config, metrics, segments) from ``out``
-    into ``state`` (replacing what was packed before), for runs whose checkpoint is at most ``max_mb``;
-    finished runs' packed state is removed. Returns the names packed."""
-    packed = []
-    for level, method, seed in PLAN:
-        name = run_name(level, method, seed)
-        run_dir, dest = os.path.join(out, name), os.path.join(state, name)
-        ckpt, _ = lanes.newest_checkpoint(run_dir, checkpoint_prefix(level))
-        if finished(results, level, method, seed):
-            shutil.rmtree(dest, ignore_errors=True)
-            continue
-        if ckpt is None:
-            continue
-        mb = os.path.getsize(ckpt) / 2**20
-        if mb > max_mb:
-            print(f"{name}: checkpoint of {mb:.1f} MB > {max_mb} MB, not packed (it resumes only on this machine)")
-            continue
-        tmp = dest + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(os.path.join(tmp, "models"))
-        shutil.copy2(ckpt, os.path.join(tmp, "models", os.path.basename(ckpt)))
-        for f in PACKED_FILES:
-            if os.path.exists(os.path.join(run_dir, f)):
-                shutil.copy2(os.path.join(run_dir, f), os.path.join(tmp, f))
-        segments = os.path.join(out, name + ".segments.jsonl")
-        if os.path.exists(segments):
-            shutil.copy2(segments, os.path.join(tmp, "segments.jsonl"))
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
-        packed.append(name)
-        print(f"{name}: packed {os.path.basename(ckpt)} ({mb:.1f} MB) into {dest}")
-    return packed
+    return [
+        lanes.PlannedRun(
+            name=run_name(level, method, seed),
+            argv=functools.partial(
+                lambda lv, m, s, resume: command(lv, m, s, out, resume, threads, extra), level, method, seed
+            ),
+            prefix=checkpoint_prefix(level),
+            summarize=functools.partial(
+                lambda lv, m, s, out_, status: summarize_run(out_, lv, m, s, status), level, method, seed
+            ),
+            summary_path=summary_path(results, level, method, seed),
+            status_at_end=functools.partial(at_end, level),
+            finished=FINISHED,
+        )
+        for level, method, seed in plan
+    ]
 
 
-def restore_state(out, state=LANE_STATE) -> list:
-    """Put each packed run whose folder ``out`` lacks back into ``out`` (a fresh machine); returns the names."""
-    restored = []
-    for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
-        src, run_dir = os.path.join(state, name), os.path.join(out, name)
-        if name.endswith(".tmp") or os.path.exists(run_dir):
-            continue
-        shutil.copytree(src, run_dir, ignore=shutil.ignore_patterns("segments.jsonl"))
-        if os.path.exists(os.path.join(src, "segments.jsonl")):
-            shutil.copy2(os.path.join(src, "segments.jsonl"), os.path.join(out, name + ".segments.jsonl"))
-        restored.append(name)
-        print(f"{name}: restored from {src}")
-    return restored
+def summary_name(summary) -> str:
+    return run_name(summary["level"], summary["method"], summary["seed"])
 
 
-def run_all(plan, out, results, lanes_at_once=1, extra=(), state=LANE_STATE):
-    """Run the plan's unfinished runs, ``lanes_at_once`` at a time (first restoring packed runs that
-    ``out`` lacks); returns the names that failed."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
-    pending = [r for r in plan if not finished(results, *r)]
-    print(f"{len(pending)} runs to do; summaries in {results}", flush=True)
-    running, failed = [], []
-    os.makedirs(out, exist_ok=True)
-    restore_state(out, state)
-    try:
-        while pending or running:
-            while pending and len(running) < lanes_at_once:
-                level, method, seed = pending.pop(0)
-                name = run_name(level, method, seed)
-                run_dir = os.path.join(out, name)
-                ckpt, update = resume_point(run_dir, level)
-                if ckpt is None and os.path.isdir(run_dir):
-                    shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
-                threads = 1 if lanes_at_once > 1 else 0
-                argv = command(level, method, seed, out, ckpt, threads, extra)
-                lanes.segment_event(out, name, event="start", commit=lanes.code_commit(), resume_update=update)
-                log = open(os.path.join(out, name + ".log"), "a")
-                # a session of its own: a Ctrl-C (or a SIGINT sent to this process alone) reaches the run once,
-                # from here, not a second time from the terminal (a second SIGINT would abort it unsaved)
-                proc = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
-                )
-                lanes.carry_nice_into_session(proc.pid)  # a new session would otherwise ignore `nice` (autogroup)
-                running.append(_Running(level, method, seed, proc, log, update))
-                print(f"[{time.strftime('%H:%M:%S')}] start {name}" + (f" from update {update}" if ckpt else ""))
-            time.sleep(2)
-            for r in list(running):
-                run_dir = os.path.join(out, r.name)
-                _, newest = lanes.newest_checkpoint(run_dir, checkpoint_prefix(r.level))
-                if r.proc.poll() is None:
-                    if newest > r.newest:  # a new checkpoint: keep two, refresh the summary
-                        r.newest = newest
-                        lanes.prune_checkpoints(run_dir, checkpoint_prefix(r.level), KEEP_CHECKPOINTS)
-                        summary = summarize_run(out, r.level, r.method, r.seed, "running")
-                        lanes.write_json_atomic(summary_path(results, r.level, r.method, r.seed), summary)
-                    continue
-                running.remove(r)
-                r.log.close()
-                rc = r.proc.returncode
-                lanes.segment_event(out, r.name, event="end", returncode=rc)
-                lanes.prune_checkpoints(run_dir, checkpoint_prefix(r.level), KEEP_CHECKPOINTS)
-                solved = os.path.exists(os.path.join(run_dir, "models", checkpoint_prefix(r.level) + ".pdparams"))
-                status = ("flag" if solved else "budget") if rc == 0 else "stopped"
-                summary = summarize_run(out, r.level, r.method, r.seed, status)
-                lanes.write_json_atomic(summary_path(results, r.level, r.method, r.seed), summary)
-                if rc not in (0, *SIGNAL_EXIT.values()):
-                    failed.append(r.name)
-                print(
-                    f"[{time.strftime('%H:%M:%S')}] {r.name} ended (rc {rc}): {status}, "
-                    f"{summary['agent_steps']:,} steps, first flag {summary['first_flag_step']}",
-                    flush=True,
-                )
-                if rc in SIGNAL_EXIT.values():  # stopped from outside: the benchmark stops too
-                    pending.clear()
-    except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
-        lanes.stop_runs([r.proc for r in running])
-        for r in running:
-            lanes.segment_event(out, r.name, event="end", returncode=r.proc.returncode)
-            lanes.write_json_atomic(
-                summary_path(results, r.level, r.method, r.seed),
-                summarize_run(out, r.level, r.method, r.seed, "stopped"),
-            )
-        raise
-    return failed
+def describe(summary) -> str:
+    return (
+        f"{summary['agent_steps']:,} steps, first flag {summary['first_flag_step']}, "
+        f"best greedy x_pos {summary['best_eval_x_pos']}"
+    )
 
 
 # ---------------------------------------------------------------------------------- report
@@ -341,17 +231,7 @@ def markdown(summaries) -> str:
             f"| {s['best_eval_x_pos'] if s['best_eval_x_pos'] is not None else '-'} "
             f"| {s['training_flags']} of {s['training_episodes']} | {s['median_steps_per_sec']} |"
         )
-    lines += ["", "Segments (each start of a run's process):", ""]
-    lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
-    for s in summaries:
-        starts = [e for e in s["segments"] if e.get("event") == "start"]
-        ends = [e for e in s["segments"] if e.get("event") == "end"]
-        for k, e in enumerate(starts):
-            end = ends[k]["returncode"] if k < len(ends) else "(running or cut off)"
-            lines.append(
-                f"| {run_name(s['level'], s['method'], s['seed'])} | {e['time']} | {e.get('resume_update', 0)} "
-                f"| {e['commit'][:7]} | {end} |"
-            )
+    lines += ["", *lanes.segments_table(summaries, summary_name)]
     return "\n".join(lines)
 
 
@@ -421,17 +301,11 @@ def plot(summaries, path):
 
 def write_report(results, docs):
     summaries = load_summaries(results)
-    md = os.path.join(docs, "mario_learning.md")
-    with open(md, encoding="utf-8") as f:
-        text = f.read()
-    a, b = text.index(START) + len(START), text.index(END)
     block = markdown(summaries)
     if summaries:
         plot(summaries, os.path.join(docs, "mario_learning.png"))
         block = "![greedy x_pos, training x_pos and flag rate](mario_learning.png)\n\n" + block
-    with open(md, "w", encoding="utf-8") as f:
-        f.write(text[:a] + "\n" + block + "\n" + text[b:])
-    return md
+    return lanes.replace_block(os.path.join(docs, "mario_learning.md"), START, END, block)
 
 
 def parse_runs(text):
@@ -447,51 +321,7 @@ def parse_runs(text):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="", help="comma-separated LEVEL:METHOD:SEED (default: the whole plan)")
-    p.add_argument("--lanes", type=int, default=1, choices=(1, 2), help="runs at a time (2: one thread each)")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "mario_flag"), help="parent folder of the runs")
-    p.add_argument("--results", default=RESULTS, help="folder of the runs' summaries")
-    p.add_argument("--docs", default=DOCS, help="folder of mario_learning.md (the report)")
-    p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
-    p.add_argument("--status", action="store_true", help="print each summary's status and stop")
-    p.add_argument(
-        "--pack-state",
-        action="store_true",
-        help="copy the unfinished runs' resume state (checkpoints up to --pack-max-mb) into --state, to commit",
-    )
-    p.add_argument(
-        "--state", default=LANE_STATE, help="folder of the packed resume state (restored when a run is missing)"
-    )
-    p.add_argument(
-        "--pack-max-mb",
-        type=float,
-        default=PACK_MAX_MB,
-        help="with --pack-state: the largest checkpoint packed. An RND run's (~41 MB) needs 48; every commit of "
-        "one adds that much to the repository's history for good, so pack an RND run only when its sitting "
-        "ends before it does (a 4M-step run is ~12 hours here: longer than any sitting so far)",
-    )
-    args, extra = p.parse_known_args(argv)  # anything else goes to mario/train.py (checks, e.g. a small budget)
-    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
-    if args.pack_max_mb <= 0:
-        p.error(f"--pack-max-mb {args.pack_max_mb:g} is invalid: expected a positive size in MB")
-    if args.pack_state:
-        pack_state(args.out, args.results, args.state, args.pack_max_mb)
-        return 0
-    if args.status:
-        for s in load_summaries(args.results):
-            print(
-                f"{run_name(s['level'], s['method'], s['seed'])}: {s['status']}, {s['agent_steps']:,} steps, "
-                f"first flag {s['first_flag_step']}, best greedy x_pos {s['best_eval_x_pos']}"
-            )
-        return 0
-    if not args.report_only:
-        plan = parse_runs(args.runs) if args.runs else PLAN
-        failed = run_all(plan, args.out, args.results, args.lanes, extra, args.state)
-        if failed:
-            print("failed:", ", ".join(failed), file=sys.stderr)
-    print("report:", write_report(args.results, args.docs))
-    return 0
+    return lanes.suite_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ summaries alone.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import glob
 import json
@@ -73,6 +72,8 @@ SCORE_MARK = 400  # the key (100) and a door (300): the score of leaving the fir
 RESULTS = os.path.join(ROOT, "docs", "results", "montezuma_snd")
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "montezuma_snd")
 DOCS = os.path.join(ROOT, "docs")
+OUT = os.path.join(ROOT, "runs", "montezuma_snd")
+RUN_FORMAT = "METHOD:SEED"
 START, END = "<!-- montezuma-results:start -->", "<!-- montezuma-results:end -->"
 PREFIX = "montezuma"  # montezuma_<update>.pdparams
 
@@ -81,7 +82,7 @@ def run_name(method, seed):
     return f"montezuma_{method}_seed{seed}"
 
 
-def command(method, seed, out, resume=None, extra=()):
+def command(method, seed, out, resume=None, threads=0, extra=()):
     argv = [
         sys.executable,
         os.path.join(ROOT, "montezuma", "train.py"),
@@ -96,6 +97,7 @@ def command(method, seed, out, resume=None, extra=()):
         "--run-name",
         run_name(method, seed),
         *RUN_ARGS,
+        *(["--num-threads", str(threads)] if threads else []),
         *extra,
     ]
     return argv + (["--resume", resume] if resume else [])
@@ -176,18 +178,23 @@ def load_summaries(results) -> list:
     return sorted(out, key=lambda s: (list(METHODS).index(s["method"]), s["seed"]))
 
 
-def planned(plan, out, results, extra=()) -> list:
-    """The plan as ``lanes.PlannedRun``s."""
+def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
+    """The plan as ``lanes.PlannedRun``s (one thread each when two run at once)."""
+    threads = 1 if lanes_at_once > 1 else 0
     return [
         lanes.PlannedRun(
             name=run_name(method, seed),
-            argv=functools.partial(lambda m, s, resume: command(m, s, out, resume, extra), method, seed),
+            argv=functools.partial(lambda m, s, resume: command(m, s, out, resume, threads, extra), method, seed),
             prefix=PREFIX,
             summarize=functools.partial(lambda m, s, out_, status: summarize_run(out_, m, s, status), method, seed),
             summary_path=summary_path(results, method, seed),
         )
         for method, seed in plan
     ]
+
+
+def summary_name(summary) -> str:
+    return run_name(summary["method"], summary["seed"])
 
 
 def describe(summary) -> str:
@@ -233,17 +240,7 @@ def markdown(summaries) -> str:
             f"| {_step(s['first_step_second_room'])} | {'-' if last is None else f'{last:.2f}'} "
             f"| {SND_CHART[s['method']]} |"
         )
-    lines += ["", "Segments (each start of a run's process):", ""]
-    lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
-    for s in summaries:
-        starts = [e for e in s["segments"] if e.get("event") == "start"]
-        ends = [e for e in s["segments"] if e.get("event") == "end"]
-        for k, e in enumerate(starts):
-            end = ends[k]["returncode"] if k < len(ends) else "(running or cut off)"
-            lines.append(
-                f"| {run_name(s['method'], s['seed'])} | {e['time']} | {e.get('resume_update', 0)} "
-                f"| {e['commit'][:7]} | {end} |"
-            )
+    lines += ["", *lanes.segments_table(summaries, summary_name)]
     return "\n".join(lines)
 
 
@@ -281,17 +278,11 @@ def plot(summaries, path):
 
 def write_report(results, docs):
     summaries = load_summaries(results)
-    md = os.path.join(docs, "montezuma.md")
-    with open(md, encoding="utf-8") as f:
-        text = f.read()
-    a, b = text.index(START) + len(START), text.index(END)
     block = markdown(summaries)
     if summaries:
         plot(summaries, os.path.join(docs, "montezuma.png"))
         block = "![events, score and second-room share per episode](montezuma.png)\n\n" + block
-    with open(md, "w", encoding="utf-8") as f:
-        f.write(text[:a] + "\n" + block + "\n" + text[b:])
-    return md
+    return lanes.replace_block(os.path.join(docs, "montezuma.md"), START, END, block)
 
 
 def parse_runs(text):
@@ -307,31 +298,7 @@ def parse_runs(text):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="", help="comma-separated METHOD:SEED (default: the whole plan)")
-    p.add_argument("--out", default=os.path.join(ROOT, "runs", "montezuma_snd"), help="parent folder of the runs")
-    p.add_argument("--results", default=RESULTS, help="folder of the runs' summaries")
-    p.add_argument("--docs", default=DOCS, help="folder of montezuma.md (the report)")
-    p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
-    p.add_argument("--status", action="store_true", help="print each summary's status and stop")
-    p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
-    p.add_argument("--state", default=LANE_STATE, help="folder of the packed resume state (restored when missing)")
-    args, extra = p.parse_known_args(argv)  # anything else goes to montezuma/train.py (checks, e.g. a small budget)
-    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
-    plan = planned(parse_runs(args.runs) if args.runs else PLAN, args.out, args.results, extra)
-    if args.pack_state:
-        lanes.pack_state(plan, args.out, args.state)
-        return 0
-    if args.status:
-        for s in load_summaries(args.results):
-            print(f"{run_name(s['method'], s['seed'])}: {s['status']}, {describe(s)}")
-        return 0
-    if not args.report_only:
-        failed = lanes.run_plan(plan, args.out, state=args.state, describe=describe)
-        if failed:
-            print("failed:", ", ".join(failed), file=sys.stderr)
-    print("report:", write_report(args.results, args.docs))
-    return 0
+    return lanes.suite_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def test_report_rebuilds_from_summaries_alone(tmp_path):
     lanes.write_json_atomic(
         bench.summary_path(results, "1-1", "rnd", 0), bench.summarize_run(out, "1-1", "rnd", 0, "flag")
     )
-    assert bench.finished(results, "1-1", "rnd", 0) and not bench.finished(results, "1-1", "none", 0)
+    rnd, none = bench.planned((("1-1", "rnd", 0), ("1-1", "none", 0)), out, results)
+    assert rnd.done() and not none.done()
     os.makedirs(docs)
     shutil.copy(os.path.join(ROOT, "docs", "mario_learning.md"), docs)
     shutil.rmtree(out)  # the report needs the summaries only
@@ -148,35 +149,38 @@ def test_a_sigint_to_the_benchmark_alone_stops_its_run_with_a_checkpoint(tmp_pat
 
 
 def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
-    """--pack-state keeps the newest checkpoint, config, metrics and segments of an unfinished run (within
-    the size limit); run_all's restore puts them back where the run folder is missing, to resume from."""
+    """--pack-state keeps the newest checkpoint (slimmed), config, metrics and segments of an unfinished
+    run; the scheduler's restore puts them back where the run folder is missing, to resume from."""
+    import numpy as np
+
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
+
     out, results, state = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "state")
     run_dir = _run_folder(out, updates=4, torn=False)
     name = os.path.basename(run_dir)
-    with open(os.path.join(run_dir, "models", "mario_1_1_4.pdparams"), "wb") as f:
-        f.write(b"x" * 1000)
+    weights = np.linspace(-1, 1, 1000, dtype=np.float32)
+    save_checkpoint(  # a checkpoint as the trainer writes one, in little
+        os.path.join(run_dir, "models", "mario_1_1_4.pdparams"),
+        {"game": "mario", "config": {}, "update": 4, "policy": {"w": weights}, "optimizer": {"m": weights}},
+    )
     lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
-    assert bench.pack_state(out, results, state, max_mb=1.0) == [name]
+    argv = ["--pack-state", "--out", out, "--results", results, "--state", state]
+    assert bench.main(argv) == 0
     assert sorted(os.listdir(os.path.join(state, name, "models"))) == ["mario_1_1_4.pdparams"]
     fresh = str(tmp_path / "fresh")
     os.makedirs(fresh)
-    assert bench.restore_state(fresh, state) == [name]
+    assert lanes.restore_state(fresh, state) == [name]
     assert bench.resume_point(os.path.join(fresh, name), "1-1")[1] == 4
+    restored = load_checkpoint(os.path.join(fresh, name, "models", "mario_1_1_4.pdparams"))
+    w = np.asarray(restored["policy"]["w"])
+    assert restored["optimizer"] == {} and w.dtype == np.float32
+    np.testing.assert_allclose(w, weights, atol=1e-3)  # rounded to float16 once
     assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
-    assert bench.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
-    assert bench.pack_state(out, results, str(tmp_path / "small"), max_mb=1e-4) == []  # too big: stays here
-    # the command line's limit reaches pack_state (an RND checkpoint needs more than the default)
-    argv = ["--pack-state", "--out", out, "--results", results, "--state", str(tmp_path / "cli")]
-    bench.main(argv + ["--pack-max-mb", "1e-4"])
-    assert not os.path.exists(os.path.join(tmp_path, "cli", name))
-    bench.main(argv + ["--pack-max-mb", "1"])
-    assert os.path.exists(os.path.join(tmp_path, "cli", name, "models", "mario_1_1_4.pdparams"))
-    with pytest.raises(SystemExit):
-        bench.main(argv + ["--pack-max-mb", "0"])
+    assert lanes.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     os.makedirs(results)
     with open(bench.summary_path(results, "1-1", "rnd", 0), "w") as f:
         json.dump({"status": "flag"}, f)
-    bench.pack_state(out, results, state)
+    assert bench.main(argv) == 0
     assert not os.path.exists(os.path.join(state, name))  # finished: nothing left to resume
 
 
