@@ -367,8 +367,8 @@ class RunLog:
         """The progress bar's text: update, speed, recent episode metrics, loss."""
         parts = [f"upd {update}/{self.num_updates}", f"{self.lg.last.get(STEPS_PER_SEC, 0):.0f} steps/s"]
         if self.recent:
-            keys = self.recent[-1].keys()
-            parts += [f"{k} {np.mean([m.get(k, 0) for m in self.recent]):.3g}" for k in keys if k != "length"]
+            keys = [k for k in self.recent[-1] if k != "length" and not k.endswith("_mask")]  # a mean of masks: noise
+            parts += [f"{k} {np.mean([m.get(k, 0) for m in self.recent]):.3g}" for k in keys]
         if losses:
             parts.append(f"loss {losses['total']:.3g}")
         return ", ".join(parts)
