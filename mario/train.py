@@ -57,6 +57,28 @@ class MarioConfig(TrainConfig):
                 stop_when_solved=True,
             ),
         ),
+        "no-reward-1-1": Recipe(
+            "curiosity alone on world 1-1, the ICM paper's test (docs/mario_no_reward.md): no game reward at all "
+            "(--ext-coef 0), COMPLEX_MOVEMENT (12 actions, as many going left as right), 1M agent steps; "
+            "otherwise cpu-1-1's shape (8 envs x 128 steps, 4 epochs x 4 minibatches, lr 1e-4)",
+            dict(
+                world=1,
+                stage=1,
+                action_type="complex",
+                num_processes=8,
+                num_local_steps=128,
+                num_epochs=4,
+                batch_size=4,
+                lr=1e-4,
+                ext_coef=0.0,
+                int_coef=1.0,
+                num_global_steps=1_000_000,
+                eval_interval=5,
+                video_interval=50,
+                save_interval=0,
+                save_minutes=5.0,
+            ),
+        ),
     }
 
     world: int = arg(4, "world 1-8", choices=tuple(range(1, 9)))

@@ -202,3 +202,27 @@ def test_intrinsic_step_on_a_side_thread_changes_nothing(tmp_path):
     assert la == lb
     for x, y in zip(pa, pb):
         np.testing.assert_array_equal(x, y)
+
+
+def _weights_after_one_learn(tmp_path, name, ext_coef, reward_scale):
+    t = Trainer(MARIO, tiny(tmp_path, run_name=name, ext_coef=ext_coef, int_coef=1.0, seed=4, norm_adv=True))
+    fill_fixed_rollout(t)
+    t.buffer.rewards_ext *= reward_scale
+    logged = t.buffer.rewards_ext.copy()
+    t.buffer.compute_returns_and_advantages(0.5, 0.5, 0.9, 1.0, 0.99, ext_coef, 1.0)
+    with t.math_threads():
+        t.learn()
+    np.testing.assert_array_equal(t.buffer.rewards_ext, logged)  # kept for "Training Reward" and the logs
+    weights = params(t.policy)
+    t.close()
+    return weights
+
+
+def test_with_ext_coef_0_the_game_reward_reaches_no_gradient(tmp_path):
+    """--ext-coef 0 (curiosity alone): two trainers on the same rollout with different game rewards learn
+    the same weights, bit for bit (policy and both value heads); with ext_coef 1 they do not."""
+    same = [_weights_after_one_learn(tmp_path, f"none{k}", 0.0, scale) for k, scale in enumerate((1.0, -50.0))]
+    for a, b in zip(*same):
+        np.testing.assert_array_equal(a, b)
+    differ = [_weights_after_one_learn(tmp_path, f"ext{k}", 1.0, scale) for k, scale in enumerate((1.0, -50.0))]
+    assert any(not np.array_equal(a, b) for a, b in zip(*differ))

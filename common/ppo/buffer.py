@@ -124,9 +124,12 @@ class RolloutBuffer:
         int_episodic: bool = False,
     ) -> None:
         """GAE per stream and A = ext_coef*A_ext + int_coef*A_int. The intrinsic stream runs on across
-        episode ends (RND) unless ``int_episodic`` (the SND authors' code cuts it there too)."""
+        episode ends (RND) unless ``int_episodic`` (the SND authors' code cuts it there too). With
+        ``ext_coef`` 0 the extrinsic stream learns from zero rewards, not from ``rewards_ext`` (which
+        keeps the game's reward for the logs): no game reward, not even through the value head."""
         self.values_ext[-1], self.values_int[-1] = last_value_ext, last_value_int
-        adv_ext = gae(self.rewards_ext, self.values_ext, self.dones, gamma, lam)
+        ext_rewards = self.rewards_ext if ext_coef else np.zeros_like(self.rewards_ext)
+        adv_ext = gae(ext_rewards, self.values_ext, self.dones, gamma, lam)
         adv_int = gae(self.rewards_int, self.values_int, self.dones if int_episodic else None, int_gamma, lam)
         self.ret_ext = adv_ext + self.values_ext[:-1]
         self.ret_int = adv_int + self.values_int[:-1]

@@ -144,7 +144,11 @@ class TrainConfig(RunConfig):
         choices=INTRINSIC_NAMES,
     )
     int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
-    ext_coef: float = arg(2.0, "weight of the extrinsic advantage")
+    ext_coef: float = arg(
+        2.0,
+        "weight of the extrinsic advantage; 0: no game reward at all (curiosity alone): the extrinsic value "
+        "head learns zero returns, so the game's reward reaches no gradient; the logs still record it",
+    )
     int_gamma: float = arg(0.99, "discount of the intrinsic reward stream")
     int_reward: str = arg(
         "rnd",
