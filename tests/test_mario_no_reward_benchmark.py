@@ -1,0 +1,74 @@
+"""benchmarks/mario_no_reward.py: the runs' command lines, the distance summary and its interval, the report
+from the summaries alone, and one real episode of the random policy."""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import mario_no_reward as bench  # noqa: E402
+
+
+def test_commands_of_the_plan():
+    curious = bench.command("icm", 1, "out")
+    assert curious[1].endswith("mario/train.py") and curious[2:6] == ["--recipe", "no-reward-1-1", "--intrinsic", "icm"]
+    assert "--num-global-steps" not in curious  # the recipe's 1M
+    ppo = bench.command("none", 0, "out")
+    assert ppo[ppo.index("--num-global-steps") + 1] == "200000"
+    rnd = bench.command("random", 0, "out")
+    assert rnd[1].endswith("mario_no_reward.py") and rnd[rnd.index("--random-episodes") + 1] == "100"
+    assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 7
+
+
+def _metrics(run_dir, episodes):
+    os.makedirs(run_dir)
+    records = [{"tag": "perf/steps_per_sec", "step": 1000, "value": 100.0}]
+    for step, x in episodes:
+        records.append({"tag": "episode/x_pos", "step": step, "value": float(x)})
+        records.append({"tag": "episode/flag", "step": step, "value": 0.0})
+    with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(tmp_path):
+    out, results, docs = tmp_path / "out", tmp_path / "res", tmp_path / "docs"
+    # 1,000 agent steps: the episodes ending after step 900 are the last 10 %
+    _metrics(out / bench.run_name("icm", 0), [(100, 300), (500, 400), (950, 1000), (1000, 1200)])
+    s = bench.summarize_run(str(out), "icm", 0, "budget")
+    assert s["last_10pct_episodes"] == 2 and s["last_10pct_mean_x"] == 1100.0 and s["farthest_x"] == 1200
+    lo, hi = s["last_10pct_ci95"]
+    assert 1000 <= lo < 1100 < hi <= 1200
+    assert sum(s["stops_last_10pct"]["counts"]) == 2 and s["stops_last_10pct"]["counts"][1000 // 64] == 1
+    _metrics(out / bench.run_name("random", 0), [(100, 300), (200, 500)])
+    r = bench.summarize_run(str(out), "random", 0, "budget")
+    assert r["last_10pct_episodes"] == 2 and r["last_10pct_mean_x"] == 400.0  # all of a random policy's episodes
+    os.makedirs(results)
+    for summary in (s, r):
+        with open(os.path.join(results, bench.summary_name(summary) + ".json"), "w") as f:
+            json.dump(summary, f)
+    os.makedirs(docs)
+    shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), docs)
+    shutil.rmtree(out)
+    text = open(bench.write_report(str(results), str(docs))).read()
+    assert "| random policy | 0 | budget |" in text and "| ICM | 0 | budget | 1,000 |" in text
+    assert "| 1100 (" in text and os.path.getsize(docs / "mario_no_reward.png") > 10_000
+
+
+@pytest.mark.slow
+def test_the_random_policy_plays_real_episodes(tmp_path):
+    bench.play_random(str(tmp_path / "random"), episodes=1, seed=3)
+    records = [json.loads(line) for line in open(tmp_path / "random" / "metrics.jsonl")]
+    x = [r["value"] for r in records if r["tag"] == "episode/x_pos"]
+    steps = [r["step"] for r in records if r["tag"] == "episode/x_pos"]
+    assert len(x) == 1 and 40 <= x[0] <= bench.LEVEL_END and steps[0] > 0
+    again = tmp_path / "again"
+    bench.play_random(str(again), episodes=1, seed=3)
+    same = [json.loads(line) for line in open(again / "metrics.jsonl") if "x_pos" in line]
+    assert [r["value"] for r in same] == x  # seeded: the same episode
+    assert np.isfinite(x[0])
