@@ -35,7 +35,7 @@ from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.intrinsic.base import episode_rewards  # noqa: E402
 from common.intrinsic.normalize import FirstVisitGate  # noqa: E402
 from common.ppo.play import load_policy  # noqa: E402
-from gridworld.env import ACTION_NAMES, GridEnv, make_env  # noqa: E402
+from gridworld.env import ACTION_NAMES, make_env  # noqa: E402
 from gridworld.train import SPEC  # noqa: E402
 
 KINDS = ("new", "revisit", "turn")
@@ -50,12 +50,12 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
     (the module's raw reward), ``gate`` float32 (1 where the step's view is new to the episode: the
     first-visit gate of training, ``FirstVisitGate``), ``same_view`` bool (the view did not change)."""
     state, cfg, _ = load_policy(SPEC, checkpoint, "cpu", required=("policy", "intrinsic"))
-    module = intrinsic_for_run(SPEC, cfg, GridEnv.observation_shape)
+    module = intrinsic_for_run(SPEC, cfg, SPEC.spaces(cfg)[0])
     module.set_state_dict(state["intrinsic"])  # scoring learns nothing; episode_rewards resets episodic memory
     rng = np.random.default_rng(seed)
     out = {"action": [], "kind": [], "raw": [], "gate": [], "same_view": []}
     for episode in range(episodes):
-        env = make_env(cfg.env_id)
+        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack)
         try:
             obs = env.reset(seed=seed + episode)
             stacks, actions, kinds = [obs], [], []
@@ -73,7 +73,7 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
             env.close()
         stacks = np.stack(stacks)
         views = stacks[1:, None]
-        gate = FirstVisitGate(1).gate_rollout(stacks[:1], views, views, np.zeros((len(actions), 1), np.float32))
+        gate = FirstVisitGate(1).gate_rollout(stacks[:-1, None], views, np.zeros((len(actions), 1), np.float32))
         out["action"] += actions
         out["kind"] += kinds
         out["raw"] += [float(v) for v in episode_rewards(module, stacks, np.array(actions))]

@@ -123,7 +123,7 @@ METHODS = {
     "snd-v": ("PPO+SND-V", ["--intrinsic", "snd-v"]),
     "snd-std": ("PPO+SND-STD", ["--intrinsic", "snd-std"]),
     "snd-vic": ("PPO+SND-VIC", ["--intrinsic", "snd-vic"]),
-    "noveld": ("PPO+NovelD", ["--intrinsic", "noveld"]),
+    "noveld": ("PPO+NovelD (N = half squared error, to efbc167)", ["--intrinsic", "noveld"]),
     "icm": ("PPO+ICM", ["--intrinsic", "icm"]),
     "e3b": ("PPO+E3B", ["--intrinsic", "e3b"]),
     "count": ("PPO+SimHash counts", ["--intrinsic", "count"]),
@@ -132,6 +132,18 @@ METHODS = {
         "SND-V, target on all of each minibatch",
         ["--intrinsic", "snd-v", "--target-proportion", "1"],
     ),
+    # suite v4 (issue 41): the gate's key and NovelD's norm as the NovelD authors', and why E3B fails
+    "noveld-l2": ("NovelD, N = L2 norm (the authors')", ["--intrinsic", "noveld"]),
+    "rnd-stategate": ("RND, gate on the full grid", ["--intrinsic", "rnd", "--first-visit-key", "state"]),
+    "noveld-stategate": (
+        "NovelD (L2), gate on the full grid",
+        ["--intrinsic", "noveld", "--first-visit-key", "state"],
+    ),
+    "e3b-ungated": ("E3B, no first-visit gate", ["--intrinsic", "e3b", "--no-int-first-visit"]),
+    "e3b-episodic": ("E3B, intrinsic return cut at episode ends", ["--intrinsic", "e3b", "--int-episodic"]),
+    "e3b-coef0.1": ("E3B, --int-coef 0.1", ["--intrinsic", "e3b", "--int-coef", "0.1"]),
+    "e3b-coef0.01": ("E3B, --int-coef 0.01", ["--intrinsic", "e3b", "--int-coef", "0.01"]),
+    "e3b-memory": ("E3B, policy sees the last 4 views", ["--intrinsic", "e3b", "--frame-stack", "4"]),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -158,6 +170,9 @@ PLAN = (
     # and its cell: whatever that pilot gives, the plan runs the five methods there (below 0.5 it is the
     # task; at 0.5 or more on both candidates, the new methods run on it anyway, RND the bar to beat)
     ("obstructed1", ("none", "rnd", "noveld", "icm", "e3b"), 3),
+    # suite v4 (issue 41; docs/exploration.md, "Suite v4"), fixed 2026-12-03 before any of its runs
+    ("keycorridor3", ("e3b-ungated", "e3b-episodic", "e3b-coef0.1", "e3b-coef0.01", "e3b-memory"), 3),
+    ("keycorridor3", ("noveld-l2", "rnd-stategate", "noveld-stategate"), 3),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames

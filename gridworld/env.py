@@ -19,9 +19,13 @@ does nothing in these tasks and ``drop`` only matters in KeyCorridor; we keep th
 full set so every task uses the same policy head (standard in the literature).
 
 Reward: MiniGrid's own, ``1 - 0.9 * steps / max_steps`` on success, else 0;
-episodes end on success or at the task's ``max_steps`` (time limit, also ``done``).
+episodes end on success or at the task's ``max_steps`` (time limit, also ``done``; PPO ends the
+return at both, ``common/ppo/buffer.py``).
 ``info``: ``success`` (bool, the episode ended with reward > 0), ``steps``,
-``truncated``, ``carrying`` (object name or ""), ``agent_pos`` (x, y).
+``truncated``, ``carrying`` (object name or ""), ``agent_pos`` (x, y), ``prev_state_key`` and
+``state_key`` (int64 keys of the full grid before and after the step: ``--first-visit-key state``).
+``frame_stack`` > 1 stacks the last views, the newest last (a new episode fills the stack with its
+first view).
 
 Seeding: ``reset(seed)`` seeds MiniGrid's layout generator; later ``reset()``
 continues its RNG, so a vector env seeded with ``seed + i`` repeats exactly.
@@ -32,6 +36,8 @@ Recording: with ``record_path`` the env renders MiniGrid's full-grid RGB view
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -45,6 +51,7 @@ ACTION_NAMES = ("left", "right", "forward", "pickup", "drop", "toggle", "done")
 
 #: number of categories of each symbolic channel (object, colour, state); from minigrid.core.constants
 CHANNEL_SIZES = (11, 6, 3)
+OBJECT_AGENT, COLOR_RED = 10, 0  # minigrid.core.constants: OBJECT_TO_IDX["agent"], COLOR_TO_IDX["red"]
 
 #: tasks this project has tried (any registered MiniGrid id works; these are the examples in errors)
 EXAMPLE_IDS = (
@@ -75,14 +82,30 @@ def validate_env_id(env_id: str) -> None:
         )
 
 
-class GridEnv(GameEnv):
-    """One MiniGrid task; obs uint8 ``[3, 7, 7]``, ``step(a) -> (obs, reward, done, info)``."""
+def state_key(unwrapped) -> int:
+    """The full state of a MiniGrid env as one int64: a hash of its whole grid with the agent drawn in
+    (object, colour and direction at its cell), what MiniGrid's ``FullyObsWrapper`` shows and the NovelD
+    authors count per episode; not salted per process (blake2b), so every worker computes the same key."""
+    grid = unwrapped.grid.encode()
+    x, y = unwrapped.agent_pos
+    grid[x, y] = (OBJECT_AGENT, COLOR_RED, unwrapped.agent_dir)
+    digest = hashlib.blake2b(grid.tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
-    observation_shape = (CHANNELS, VIEW, VIEW)
+
+class GridEnv(GameEnv):
+    """One MiniGrid task; obs uint8 ``[3 * frame_stack, 7, 7]`` (the newest view last),
+    ``step(a) -> (obs, reward, done, info)``."""
+
     num_actions = len(ACTION_NAMES)
 
-    def __init__(self, env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None):
+    def __init__(self, env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None, frame_stack: int = 1):
         validate_env_id(env_id)
+        if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 16:
+            raise ValueError(f"frame_stack must be an integer from 1 to 16, got {frame_stack!r}")
+        self.observation_shape = (CHANNELS * frame_stack, VIEW, VIEW)
+        self.views = np.zeros(self.observation_shape, np.uint8)
+        self._key = 0
         self.env_id = env_id
         self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
         self.unwrapped = self.env.unwrapped
@@ -94,18 +117,25 @@ class GridEnv(GameEnv):
         fast_view.install(self.unwrapped)  # MiniGrid's own view, computed ~5x faster (same array)
         super().__init__(record_path, fps=RECORD_FPS)
 
-    @staticmethod
-    def _obs(raw: dict) -> np.ndarray:
+    def _obs(self, raw: dict, first: bool = False) -> np.ndarray:
         # MiniGrid's image is indexed [x, y, channel]; make it [channel, y, x] (an upright picture)
-        return np.ascontiguousarray(np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0))
+        view = np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0)
+        if first:  # an episode starts with its first view in every slot of the stack
+            self.views[:] = np.tile(view, (len(self.views) // CHANNELS, 1, 1))
+        else:
+            self.views[:-CHANNELS] = self.views[CHANNELS:]
+            self.views[-CHANNELS:] = view
+        return self.views.copy()
 
     def _record_screen(self):
         if self._recorder is not None:  # rendering costs time: only when recording
             self._record(self.env.render())
 
-    def _info(self, reward: float, terminated: bool, truncated: bool) -> dict:
+    def _info(self, reward: float, terminated: bool, truncated: bool, prev_key: int) -> dict:
         u = self.unwrapped
         return {
+            "prev_state_key": prev_key,
+            "state_key": self._key,
             "success": bool(terminated and reward > 0),
             "steps": int(u.step_count),
             "truncated": bool(truncated and not terminated),
@@ -118,7 +148,8 @@ class GridEnv(GameEnv):
         raw, _ = self.env.reset(seed=None if seed is None else int(seed))
         self._needs_reset = False
         self._record_screen()
-        return self._obs(raw)
+        self._key = state_key(self.unwrapped)
+        return self._obs(raw, first=True)
 
     def step(self, action: int):
         action = self._begin_step(action)
@@ -126,12 +157,13 @@ class GridEnv(GameEnv):
         done = bool(terminated or truncated)
         self._needs_reset = done
         self._record_screen()
-        return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated)
+        prev_key, self._key = self._key, state_key(self.unwrapped)
+        return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated, prev_key)
 
     def _close_backend(self) -> None:
         self.env.close()
 
 
-def make_env(env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None) -> GridEnv:
+def make_env(env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None, frame_stack: int = 1) -> GridEnv:
     """Picklable module-level factory (for worker processes)."""
-    return GridEnv(env_id=env_id, record_path=record_path)
+    return GridEnv(env_id=env_id, record_path=record_path, frame_stack=frame_stack)

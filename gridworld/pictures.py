@@ -21,10 +21,11 @@ TILE = 16  # pixels per cell of a rendered view: 7 x 16 = 112
 
 
 def view_picture(obs: np.ndarray, tile: int = TILE) -> np.ndarray:
-    """The symbolic view uint8[3, 7, 7] ([channel, y, x]) -> uint8[7 * tile, 7 * tile, 3] RGB."""
+    """The symbolic view uint8[3, 7, 7] ([channel, y, x]; of a stack of views, the newest: the last 3
+    channels) -> uint8[7 * tile, 7 * tile, 3] RGB."""
     from minigrid.core.grid import Grid
 
-    codes = np.asarray(obs, np.uint8).transpose(2, 1, 0)  # MiniGrid's [x, y, channel]
+    codes = np.asarray(obs, np.uint8)[-3:].transpose(2, 1, 0)  # MiniGrid's [x, y, channel]
     grid, seen = Grid.decode(codes)
     view = codes.shape[0]
     return grid.render(tile, agent_pos=(view // 2, view - 1), agent_dir=3, highlight_mask=seen)

@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: ma
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common.ppo.config import TrainConfig  # noqa: E402
-from common.run.config import arg, default  # noqa: E402
+from common.run.config import arg, default, need  # noqa: E402
 from common.run.game import GameSpec  # noqa: E402
 from gridworld import pictures  # noqa: E402
 from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
@@ -50,6 +50,11 @@ class GridConfig(TrainConfig):
         "MiniGrid-DoorKey-5x5-v0",
         "MiniGrid task id, e.g. MiniGrid-DoorKey-8x8-v0, MiniGrid-MultiRoom-N2-S4-v0, MiniGrid-KeyCorridorS3R1-v0",
     )
+    frame_stack: int = arg(
+        1,
+        "views per observation, the newest last: a memory of the last views for the feed-forward policy "
+        "(the intrinsic module sees --intrinsic-frames channels, the newest view's 3 by default)",
+    )
     num_global_steps: int = default(1_000_000)
     num_processes: int = default(16)
     num_workers: int = default(-1, "in the trainer process: the fastest for MiniGrid's cheap envs")
@@ -80,20 +85,21 @@ class GridConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         validate_env_id(self.env_id)
+        need(1 <= self.frame_stack <= 16, "frame-stack", self.frame_stack, "an integer from 1 to 16")
 
 
 def env_factory(cfg: GridConfig, record_path=None):
-    return functools.partial(make_env, env_id=cfg.env_id, record_path=record_path)
+    return functools.partial(make_env, env_id=cfg.env_id, record_path=record_path, frame_stack=cfg.frame_stack)
 
 
 def spaces(cfg: GridConfig):
-    return (CHANNELS, VIEW, VIEW), len(ACTION_NAMES)
+    return (CHANNELS * cfg.frame_stack, VIEW, VIEW), len(ACTION_NAMES)
 
 
 def make_policy(cfg, obs_shape, num_actions):
     from gridworld.model import GridPolicy
 
-    return GridPolicy(num_actions)
+    return GridPolicy(num_actions, CHANNEL_SIZES * cfg.frame_stack)
 
 
 def make_intrinsic_networks(cfg, in_channels):
@@ -132,7 +138,8 @@ SPEC = GameSpec(
     embedding_metadata=lambda info: [str(info.get("agent_pos", "?")), info.get("carrying", "") or "-"],
     embedding_header=["agent_pos", "carrying"],
     action_names=lambda cfg: list(ACTION_NAMES),
-    obs_value_max=tuple(float(n - 1) for n in CHANNEL_SIZES),  # category codes, not intensities
+    obs_value_max=tuple(float(n - 1) for n in CHANNEL_SIZES),  # category codes (per channel of the newest view)
+    state_keys=True,
     observation_picture=pictures.view_picture,
     step_record=pictures.step_record,
     rollout_picture=pictures.rollout_picture,

@@ -36,7 +36,8 @@ The emulator is deterministic: ``reset(seed)`` accepts a seed for API symmetry w
 Montezuma but the trajectory depends only on the actions.
 
 Done semantics (gym-super-mario-bros single-stage env): the episode ends when Mario
-starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal.
+starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal. PPO treats
+every end alike, the clock's included (``common/ppo/buffer.py``).
 """
 
 from __future__ import annotations

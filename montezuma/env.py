@@ -5,7 +5,8 @@ Recipe (Burda et al. 2018, openai/random-network-distillation ``atari_wrappers.p
 * full 18-action set; extrinsic reward returned raw (game score delta; the trainer
   clips it), life loss is not terminal, the episode ends on game over or after
   ``max_episode_steps`` (4,500) agent steps = 18,000 emulator frames, then
-  ``info["TimeLimit.truncated"] = True``;
+  ``info["TimeLimit.truncated"] = True`` (PPO ends the return there too, as the RND and SND
+  authors' PPO: ``common/ppo/buffer.py``);
 * sticky actions, p = 0.25, **per emulator frame**: RND's ``make_atari`` puts its
   ``StickyActionEnv`` *under* ``MaxAndSkipEnv``, so on every one of the 4 frames of
   an agent step the previously executed frame action is repeated with probability p

@@ -75,8 +75,8 @@ def test_buffer_answers_for_its_frames_and_rewards():
         buf.add(np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), rewards, done, np.full((N, 1, 2, 2), t + 1), infos)
     assert buf.next_frame(1, 0).max() == 200 and buf.next_frame(1, 1).max() == 2 and buf.next_frame(2, 0).max() == 3
     nxt = buf.next_obs_for_reward()
-    first, nxt_given, reset, dones = buf.visit_frames(nxt)
-    assert first.max() == 0 and nxt_given is nxt and reset[1, 0].max() == 2 and dones[1, 0] == 1
+    prev, nxt_given, dones = buf.visit_frames(nxt)
+    assert prev[0].max() == 0 and nxt_given is nxt and prev[2, 0].max() == 2 and dones[1, 0] == 1
     buf.clip_rewards()
     np.testing.assert_array_equal(buf.rewards_ext, [[-1, 0], [-1, 1], [-1, 1]])
     buf.store_intrinsic_rewards(np.full((T, N), 0.25, np.float32))
@@ -148,19 +148,28 @@ def test_first_visit_gate_pays_each_observation_once_per_episode():
         return np.array(codes, np.uint8).reshape(len(codes), 1, 1)
 
     gate = FirstVisitGate(1)
-    first = frames(0)
     # episode: 0 -> 1 -> 2 -> 1 -> 2 -> 0 (ends, terminal frame 0) ; next episode starts at 5 -> 5 -> 1
     nxt = frames(1, 2, 1, 2, 0, 5, 1)
-    after = frames(1, 2, 1, 2, 5, 5, 1)  # what the env returned: the reset frame 5 after the end at t=4
+    prev = frames(0, 1, 2, 1, 2, 5, 5)  # s_t as the env showed it: the reset frame 5 after the end at t=4
     dones = np.array([0, 0, 0, 0, 1, 0, 0], np.float32)[:, None]
-    g = gate.gate_rollout(first, nxt[:, None], after[:, None], dones)[:, 0]
+    g = gate.gate_rollout(prev[:, None], nxt[:, None], dones)[:, 0]
     #   1: new; 2: new; 1, 2: revisits; 0: the episode's first frame (seen); 5: the new episode's first frame; 1: new
     np.testing.assert_array_equal(g, [1, 1, 0, 0, 0, 0, 1])
     # the episode continues into the next rollout: 1 was seen, 7 is new
-    g2 = gate.gate_rollout(None, frames(1, 7)[:, None], frames(1, 7)[:, None], np.zeros((2, 1)))[:, 0]
+    g2 = gate.gate_rollout(frames(5, 1)[:, None], frames(1, 7)[:, None], np.zeros((2, 1)))[:, 0]
     np.testing.assert_array_equal(g2, [0, 1])
+    # an episode that ends at a rollout's last step starts the next rollout afresh, from its first s_t
+    g3 = FirstVisitGate(1)
+    g3.gate_rollout(frames(0)[:, None], frames(1)[:, None], np.ones((1, 1)))
+    np.testing.assert_array_equal(
+        g3.gate_rollout(frames(1, 0)[:, None], frames(0, 1)[:, None], np.zeros((2, 1)))[:, 0], [1, 0]
+    )
+    # state keys instead of frames: the same rule
+    keys = np.array([11, 12, 11, 12, 10, 15, 11])
+    gk = FirstVisitGate(1).gate_rollout(np.array([10, 11, 12, 11, 12, 15, 15])[:, None], keys[:, None], dones)
+    np.testing.assert_array_equal(gk[:, 0], g)
     with pytest.raises(ValueError, match="2 envs"):
-        FirstVisitGate(2).gate_rollout(first, nxt[:, None], after[:, None], dones)
+        FirstVisitGate(2).gate_rollout(prev[:, None], nxt[:, None], dones)
 
 
 def test_embeddings_for_visualdl_keep_their_geometry_in_200_dimensions():

@@ -53,8 +53,13 @@ def test_noveld_rollout_reward_is_the_clipped_difference_of_rnd_novelties():
     obs, next_obs, actions, dones = rollout()
     m.observe(obs.reshape(-1, *SHAPE))
     T, N = dones.shape
-    n_now = m.reward(obs[:-1].reshape(-1, *SHAPE)).reshape(T, N)
-    n_next = m.reward(next_obs.reshape(-1, *SHAPE)).reshape(T, N)  # the terminal frames where an episode ended
+
+    def l2(frames):  # the NovelD authors' novelty: the L2 norm of the error, from the networks themselves
+        with paddle.no_grad():
+            x = m.normalize(frames.reshape(-1, *SHAPE))
+            return np.linalg.norm((m.target(x) - m.predictor(x)).numpy(), axis=1).reshape(T, N)
+
+    n_now, n_next = l2(obs[:-1]), l2(next_obs)  # next_obs: the terminal frames where an episode ended
     want = np.maximum(n_next - 0.5 * n_now, 0.0)
     np.testing.assert_allclose(m.rollout_reward(obs, next_obs, actions, dones), want, rtol=1e-5, atol=1e-5)
     assert m.first_visit_gate and not module("rnd").first_visit_gate

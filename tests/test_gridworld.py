@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from gridworld.env import CHANNEL_SIZES, GridEnv, make_env, validate_env_id
+from gridworld.env import CHANNEL_SIZES, GridEnv, make_env, state_key, validate_env_id
 
 SMALL = "MiniGrid-DoorKey-5x5-v0"
 
@@ -220,3 +220,85 @@ def test_config_flags_have_help_and_round_trip():
     from common.run.config import field_meta
 
     assert all(field_meta(GridConfig, f.name).get("help") for f in dataclasses.fields(GridConfig))
+
+
+def test_state_keys_tell_apart_what_the_view_cannot():
+    """``info['state_key']`` keys the whole grid with the agent: the same state gives the same key, in any
+    process; turning changes it; two cells whose 7x7 views are equal (an empty room's middle) differ."""
+    env = GridEnv("MiniGrid-Empty-8x8-v0")
+    try:
+        obs = env.reset(seed=0)
+        _, _, _, turned = env.step(0)  # left
+        _, _, _, back = env.step(1)  # right: the start state again
+        assert turned["prev_state_key"] != turned["state_key"] == back["prev_state_key"]
+        assert back["state_key"] == turned["prev_state_key"]
+        _, _, _, ahead = env.step(2)  # forward one cell: the wall is one cell nearer, the view changes
+        seen = {}
+        u = env.unwrapped
+        for x in range(1, 7):  # every cell and direction of the room: a view can repeat, a state key cannot
+            for d in range(4):
+                u.agent_pos, u.agent_dir = np.array([x, 3]), d
+                seen.setdefault(state_key(u), (x, d))
+        assert len(seen) == 6 * 4 and isinstance(ahead["state_key"], int)
+        assert state_key(u) == subprocess_state_key("MiniGrid-Empty-8x8-v0", 0, (6, 3), 3)  # not salted per process
+    finally:
+        env.close()
+    assert obs.shape == (3, 7, 7)
+
+
+def subprocess_state_key(env_id, seed, pos, direction):
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np; from gridworld.env import GridEnv, state_key\n"
+        f"e = GridEnv({env_id!r}); e.reset(seed={seed}); u = e.unwrapped\n"
+        f"u.agent_pos, u.agent_dir = np.array({list(pos)}), {direction}; print(state_key(u))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
+def test_frame_stack_keeps_the_newest_view_last():
+    env = GridEnv("MiniGrid-DoorKey-5x5-v0", frame_stack=3)
+    try:
+        first = env.reset(seed=1)
+        assert first.shape == (9, 7, 7) and env.observation_shape == (9, 7, 7)
+        assert (first[:3] == first[6:]).all() and (first[3:6] == first[6:]).all()  # the first view everywhere
+        obs, _, _, _ = env.step(0)
+        plain = GridEnv("MiniGrid-DoorKey-5x5-v0")
+        plain.reset(seed=1)
+        view, _, _, _ = plain.step(0)
+        plain.close()
+        np.testing.assert_array_equal(obs[6:], view)
+        np.testing.assert_array_equal(obs[:6], first[3:])
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="frame_stack"):
+        GridEnv("MiniGrid-DoorKey-5x5-v0", frame_stack=0)
+
+
+@pytest.mark.slow
+def test_state_gate_episodic_return_and_a_memory_train(tmp_path):
+    """The E3B ablation's switches in one tiny real run: the full-state gate, the episodic intrinsic
+    return, a 4-view memory; and a game without state keys refuses the state gate by name."""
+    from common.ppo.trainer import Trainer
+    from common.run.errors import UsageError
+    from gridworld.train import SPEC as GRID
+    from gridworld.train import GridConfig
+    from mario.train import SPEC, MarioConfig
+
+    cfg = GridConfig(
+        intrinsic="e3b", first_visit_key="state", int_episodic=True, frame_stack=4, int_coef=0.1,
+        num_processes=4, num_local_steps=16, batch_size=2, num_epochs=1, num_global_steps=128, obs_norm_steps=2,
+        eval_interval=0, video_interval=0, save_interval=0, log_path=str(tmp_path), run_name="ablation", seed=1,
+    )  # fmt: skip
+    trainer = Trainer(GRID, cfg)
+    assert trainer.obs_shape == (12, 7, 7)
+    assert trainer.train()["update"] == 2
+    prev_keys, next_keys = trainer.buffer.state_keys  # the gate read the grid's state keys
+    assert (prev_keys != 0).all() and (next_keys != 0).all() and (prev_keys[1:] == next_keys[:-1]).mean() > 0.9
+
+    with pytest.raises(UsageError, match="--first-visit-key state is invalid for mario"):
+        Trainer(SPEC, MarioConfig(first_visit_key="state", log_path=str(tmp_path), run_name="m"))

@@ -18,7 +18,7 @@ OBS_SHAPE = (4, 84, 84)
 def test_snd_payment_is_eta_times_error_clipped_to_0_1_without_normalisation():
     scale = IntrinsicRewardScale(0.99, num_envs=2, clip_eta=0.25)
     raw = np.array([[0.4, 8.0], [-1.0, 2.0]], np.float32)
-    frames = (None, None, None, np.zeros((2, 2), np.float32))  # the gate's frames: unused without a gate
+    frames = (None, None, np.zeros((2, 2), np.float32))  # the gate's frames: unused without a gate
     np.testing.assert_allclose(scale.scale(raw, *frames), [[0.1, 1.0], [0.0, 0.5]], rtol=1e-6)
     # the same rewards again: no running statistic changes what is paid
     np.testing.assert_allclose(scale.scale(raw, *frames), [[0.1, 1.0], [0.0, 0.5]], rtol=1e-6)

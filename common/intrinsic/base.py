@@ -21,7 +21,7 @@ Conventions
   ``dones`` float32[B] = 1 where the transition ended an episode (then
   ``next_obs`` is the episode's true terminal frame, the one ``reward`` scored, and
   the pair (s_t, s_{t+1}) is consecutive too; SND's pair objectives still leave
-  these transitions out, as the authors' code does). It trains the module's own networks with its
+  these transitions out: docs/sources.md, section 4). It trains the module's own networks with its
   own optimizers and returns a flat ``dict[str, float]`` of losses whose keys
   become VisualDL tags under ``losses/``.
 """

@@ -100,9 +100,11 @@ class FirstVisitGate:
     opening and closing a door, standing still). With the gate a cycle pays only once per
     episode. Observations are identified by their exact bytes (a hash of the uint8 frame
     stack), so the gate needs nothing from the game; on Atari-like screens, which rarely
-    repeat exactly, it is almost always 1. One set of seen hashes per env, kept across
-    rollouts (episodes span rollouts) and cleared when the env's episode ends; the first
-    frame of every episode counts as visited.
+    repeat exactly, it is almost always 1. Instead of frames it can be given the game's own
+    state keys (int64, ``--first-visit-key state``: MiniGrid's full grid with the agent, as the
+    NovelD authors count states). One set of seen keys per env, kept across rollouts (episodes
+    span rollouts) and cleared when the env's episode ends; the first state of every episode
+    counts as visited.
     """
 
     def __init__(self, num_envs: int):
@@ -113,33 +115,33 @@ class FirstVisitGate:
     def _key(frame: np.ndarray) -> int:
         return hash(frame.tobytes())
 
-    def gate_rollout(
-        self, first_obs: np.ndarray, next_obs: np.ndarray, reset_obs: np.ndarray, dones: np.ndarray
-    ) -> np.ndarray:
+    def gate_rollout(self, prev_obs: np.ndarray, next_obs: np.ndarray, dones: np.ndarray) -> np.ndarray:
         """Gate values float32[T, N] for one rollout.
 
         Args:
-            first_obs: uint8[N, ...], each env's observation before step 0 (only read on the
-                first call, or after a ``reset``: later rollouts continue the episodes).
-            next_obs: uint8[T, N, ...], s_{t+1} with the true terminal frame where an episode ended.
-            reset_obs: uint8[T, N, ...], the observation after step t as the env returned it
-                (the next episode's first frame where ``dones[t, i]``).
+            prev_obs: [T, N, ...], s_t as the env showed it (the next episode's first observation
+                where step t-1 ended one); read where an episode starts (the first step of a run, or
+                after an end), whose first state then counts as visited.
+            next_obs: [T, N, ...], s_{t+1}, with the true terminal observation where an episode ended.
             dones: float or bool [T, N].
+        ``prev_obs`` and ``next_obs`` are uint8 frames or int64 state keys [T, N].
         """
         T, N = dones.shape
         if N != self.num_envs:
             raise ValueError(f"FirstVisitGate was built for {self.num_envs} envs, got a rollout of {N}")
         if self.seen is None:
-            self.seen = [{self._key(first_obs[i])} for i in range(N)]
+            self.seen = [None] * N
         gate = np.zeros((T, N), dtype=np.float32)
         for t in range(T):
             for i in range(N):
+                if self.seen[i] is None:  # an episode starts: its first state is visited
+                    self.seen[i] = {self._key(prev_obs[t, i])}
                 key = self._key(next_obs[t, i])
                 if key not in self.seen[i]:
                     gate[t, i] = 1.0
                     self.seen[i].add(key)
                 if dones[t, i]:
-                    self.seen[i] = {self._key(reset_obs[t, i])}
+                    self.seen[i] = None
         return gate
 
     def reset(self) -> None:
@@ -169,16 +171,16 @@ class IntrinsicRewardScale:
         self.gate_share = None  # the last rollout's gate values float32[T, N] (with the gate)
         self.clip_eta = clip_eta
 
-    def scale(self, raw: np.ndarray, first_obs, next_obs, reset_obs, dones) -> np.ndarray:
-        """float32[T, N] rewards for raw novelty float[T, N]; the observations are the gate's
-        (``FirstVisitGate.gate_rollout``)."""
+    def scale(self, raw: np.ndarray, prev_obs, next_obs, dones) -> np.ndarray:
+        """float32[T, N] rewards for raw novelty float[T, N]; the observations (or state keys) are the
+        gate's (``FirstVisitGate.gate_rollout``)."""
         if self.clip_eta is not None:  # the SND authors': eta x error, clipped, no normalisation
             paid = np.clip(self.clip_eta * np.asarray(raw, np.float32), 0.0, 1.0)
             self.rms.update(self.filter.filter_rollout(paid).ravel())  # the logged return std only
             return paid.astype(np.float32)
         paid = raw
         if self.gate is not None:  # revisits within an episode earn nothing
-            self.gate_share = self.gate.gate_rollout(first_obs, next_obs, reset_obs, dones)
+            self.gate_share = self.gate.gate_rollout(prev_obs, next_obs, dones)
             paid = raw * self.gate_share
         self.rms.update(self.filter.filter_rollout(paid).ravel())
         return (paid / np.sqrt(self.rms.var + 1e-8)).astype(np.float32)

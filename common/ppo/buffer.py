@@ -9,6 +9,11 @@ true terminal frame is kept in ``terminal_obs``. Both the intrinsic reward
 learns exactly the frames it is rewarded for.
 Conversion to float happens per minibatch inside the networks, never for the
 whole rollout.
+
+``dones`` marks every episode end alike: a game over and a time limit (Montezuma's 4,500
+steps, MiniGrid's ``max_steps``, Mario's clock) both stop the extrinsic return's bootstrap, as
+the RND authors' PPO and the SND authors' do (the Double DQN, ``common/dqn``, keeps the two
+apart and bootstraps through a time limit).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class RolloutBuffer:
     arrays (see there).
     """
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple):
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, state_keys: bool = False):
         T, N = num_steps, num_envs
         self.num_steps, self.num_envs, self.obs_shape = T, N, tuple(obs_shape)
         self.obs = np.zeros((T + 1, N, *obs_shape), dtype=np.uint8)
@@ -60,6 +65,9 @@ class RolloutBuffer:
         self.ret_ext = np.zeros((T, N), dtype=np.float32)
         self.ret_int = np.zeros((T, N), dtype=np.float32)
         self.terminal_obs: dict[tuple[int, int], np.ndarray] = {}
+        # the game's state keys of s_t and s_{t+1} (infos' prev_state_key / state_key), for a first-visit
+        # gate that counts states rather than observations (--first-visit-key state)
+        self.state_keys = (np.zeros((T, N), np.int64), np.zeros((T, N), np.int64)) if state_keys else None
         self.t = 0
 
     def start(self, obs: np.ndarray) -> None:
@@ -81,6 +89,9 @@ class RolloutBuffer:
             for i in np.flatnonzero(dones):
                 if "final_observation" in infos[i]:
                     self.terminal_obs[(t, int(i))] = infos[i]["final_observation"]
+            if self.state_keys is not None:
+                for i, info in enumerate(infos):
+                    self.state_keys[0][t, i], self.state_keys[1][t, i] = info["prev_state_key"], info["state_key"]
         self.t = t + 1
 
     @property
@@ -99,10 +110,13 @@ class RolloutBuffer:
         return self.terminal_obs.get((t, i), self.obs[t + 1, i])
 
     def visit_frames(self, next_obs: np.ndarray):
-        """What a first-visit gate reads of this rollout (``IntrinsicRewardScale.scale``): the first
-        frames uint8[N, ...], ``next_obs`` (``next_obs_for_reward()``), the frames each step left the
-        envs showing uint8[T, N, ...] (a new episode's first frame where one ended), the dones."""
-        return self.obs[0], next_obs, self.obs[1:], self.dones
+        """What a first-visit gate reads of this rollout (``IntrinsicRewardScale.scale``): s_t as the envs
+        showed it uint8[T, N, ...] (a new episode's first frame where one ended), ``next_obs``
+        (``next_obs_for_reward()``) and the dones; or, where the buffer keeps state keys, the keys
+        int64[T, N] of s_t and s_{t+1} in place of the frames."""
+        if self.state_keys is not None:
+            return self.state_keys[0], self.state_keys[1], self.dones
+        return self.obs[:-1], next_obs, self.dones
 
     def clip_rewards(self) -> None:
         """The extrinsic rewards to their signs, in place (``--clip-reward``)."""

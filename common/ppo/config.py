@@ -160,6 +160,11 @@ class TrainConfig(RunConfig):
         "docs/sources.md, 'The SND authors' reward convention'",
         choices=INT_REWARDS,
     )
+    int_episodic: bool = arg(
+        False,
+        "cut the intrinsic return at episode ends, as the extrinsic one (off: RND's non-episodic stream; "
+        "--int-reward snd always cuts it)",
+    )
     int_eta: float = arg(
         1.0, "with --int-reward snd: the scale eta of clip(eta x error, 0, 1) (the SND authors' motivation_eta)"
     )
@@ -190,6 +195,13 @@ class TrainConfig(RunConfig):
         "an episode (BeBold/NovelD's episodic restriction): stops a curious agent from "
         "farming novelty by cycling between a few observations (noveld always gates: the gate is part of it). "
         "See docs/exploration.md",
+    )
+    first_visit_key: str = arg(
+        "view",
+        "what the first-visit gate counts: view (the observation's exact bytes: MiniGrid's 7x7 view, which can "
+        "alias distinct cells) or state (the game's full state: MiniGrid's whole grid with the agent, as the "
+        "NovelD authors count; games that report it only)",
+        choices=("view", "state"),
     )
     intrinsic_frames: int = arg(4, "how many of the latest stacked frames the intrinsic module sees")
     obs_norm_steps: int = arg(64, "random-agent steps per env to initialise the observation normalizer")

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from common.ppo.config import TrainConfig
 from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.distributed import SilentLogger, World
-from common.run.errors import NonFiniteLossError, RunStoppedError, stopped_by  # noqa: F401 (re-exported)
+from common.run.errors import NonFiniteLossError, RunStoppedError, UsageError, stopped_by  # noqa: F401
 from common.run.game import GameSpec
 from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
 
@@ -116,7 +116,11 @@ class Trainer:
         self.int_scale = IntrinsicRewardScale(
             cfg.int_gamma, cfg.num_envs, first_visit=gated, clip_eta=cfg.int_eta if cfg.int_reward == "snd" else None
         )
-        self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape)
+        if cfg.first_visit_key == "state" and not spec.state_keys:
+            raise UsageError(f"--first-visit-key state is invalid for {spec.name}: its envs report no state keys")
+        self.buffer = RolloutBuffer(
+            cfg.num_local_steps, cfg.num_envs, self.obs_shape, state_keys=cfg.first_visit_key == "state"
+        )
         self.stop = StopSignals("finishing this step, saving a checkpoint, closing workers")
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
 
@@ -440,7 +444,7 @@ class Trainer:
             cfg.int_gamma,
             cfg.ext_coef,
             cfg.int_coef,
-            int_episodic=cfg.int_reward == "snd",
+            int_episodic=cfg.int_episodic or cfg.int_reward == "snd",
         )
         t1 = time.perf_counter()
         losses = self._update(snapshot)

@@ -41,6 +41,9 @@ class GameSpec:
     #: how many distinct ones the whole run has seen as charts/<visited_name>_visited_total
     visited: Callable | None = None
     visited_name: str = "places"
+    #: its envs' infos carry ``prev_state_key`` and ``state_key``, int64 keys of the game's full state
+    #: before and after each step (MiniGrid: the whole grid), which ``--first-visit-key state`` counts
+    state_keys: bool = False
     #: the largest raw observation value, one number or one per channel (255 for pixels); sizes SND-V's noise
     obs_value_max: object = 255.0
     #: cfg -> the name of each action (charts/action_share/<name>); None: action indices
