@@ -89,7 +89,13 @@ class GridConfig(TrainConfig):
 
 
 def env_factory(cfg: GridConfig, record_path=None):
-    return functools.partial(make_env, env_id=cfg.env_id, record_path=record_path, frame_stack=cfg.frame_stack)
+    return functools.partial(
+        make_env,
+        env_id=cfg.env_id,
+        record_path=record_path,
+        frame_stack=cfg.frame_stack,
+        state_keys=cfg.first_visit_key == "state",
+    )
 
 
 def spaces(cfg: GridConfig):

@@ -225,7 +225,7 @@ def test_config_flags_have_help_and_round_trip():
 def test_state_keys_tell_apart_what_the_view_cannot():
     """``info['state_key']`` keys the whole grid with the agent: the same state gives the same key, in any
     process; turning changes it; two cells whose 7x7 views are equal (an empty room's middle) differ."""
-    env = GridEnv("MiniGrid-Empty-8x8-v0")
+    env = GridEnv("MiniGrid-Empty-8x8-v0", state_keys=True)
     try:
         obs = env.reset(seed=0)
         _, _, _, turned = env.step(0)  # left
@@ -240,6 +240,10 @@ def test_state_keys_tell_apart_what_the_view_cannot():
                 u.agent_pos, u.agent_dir = np.array([x, 3]), d
                 seen.setdefault(state_key(u), (x, d))
         assert len(seen) == 6 * 4 and isinstance(ahead["state_key"], int)
+        plain = GridEnv("MiniGrid-Empty-8x8-v0")
+        plain.reset(seed=0)
+        assert "state_key" not in plain.step(0)[3]  # computed only when asked for
+        plain.close()
         assert state_key(u) == subprocess_state_key("MiniGrid-Empty-8x8-v0", 0, (6, 3), 3)  # not salted per process
     finally:
         env.close()
