@@ -80,9 +80,11 @@ def render(outcomes: dict[str, list[str]]) -> str:
         "Related behaviour documented in the README: atomic checkpoints (written to a temporary file "
         "and renamed), `--resume`, and the checks that refuse a checkpoint of another game or network.",
         "",
-        "Loading never runs code from a file: `common/run/checkpoint.py` reads Paddle's pickle with an "
-        "allow-list of containers and numpy arrays, so the files stay plain `paddle.save` files (loadable by "
-        "`paddle.load` for files you trust) while `--resume` and the play scripts refuse anything else.",
+        "Loading never runs code from a file: a checkpoint is data only (`common/run/tensorfile.py`: the "
+        "tensors as a safetensors file, the rest as JSON in its header), and every size in it is checked "
+        "against the file before anything is allocated. Pickles, the format of earlier versions, are refused "
+        "unread by every loader; `python -m common.run.convert` reads one in a child process under memory "
+        "and time caps.",
     ]
     return "\n".join(lines) + "\n"
 

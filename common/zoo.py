@@ -25,6 +25,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,20 +239,27 @@ def main(argv=None):
         return
     if not all(c.isalnum() or c in "-_." for c in args.name) or args.name.startswith("."):
         p.error(f"--name {args.name!r} is invalid: expected letters, digits, '-', '_' or '.' (a plain file name)")
-    card = export(
-        args.game,
-        args.checkpoint,
-        args.name,
-        args.hours,
-        args.note,
-        args.zoo,
-        args.seed,
-        args.gif,
-        args.policy,
-        args.commit,
-    )
+    from common.run.checkpoint import CheckpointError
+
+    try:
+        card = export(
+            args.game,
+            args.checkpoint,
+            args.name,
+            args.hours,
+            args.note,
+            args.zoo,
+            args.seed,
+            args.gif,
+            args.policy,
+            args.commit,
+        )
+    except CheckpointError as e:  # one line naming the file, as every loader's refusal
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(card, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

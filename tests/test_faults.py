@@ -26,7 +26,16 @@ import paddle
 import pytest
 
 from common.ppo.trainer import NonFiniteLossError, RunStoppedError, Trainer
-from common.run.checkpoint import CheckpointError, UnsafeCheckpointError, load_checkpoint, nonfinite_tensors
+from common.run import tensorfile
+from common.run.checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    LegacyCheckpointError,
+    load_checkpoint,
+    nonfinite_tensors,
+    save_checkpoint,
+)
+from common.run.convert import ConversionError, convert
 from common.run.errors import UsageError
 from common.run.logger import read_metrics
 from gridworld.train import SPEC as GRID
@@ -102,6 +111,11 @@ def _evil_checkpoint(path, marker, game):
         pickle.dump({"format": 1, "game": game, "config": {}, "policy": _RunsACommand(marker)}, f, protocol=4)
 
 
+def _write(path, state):
+    """A checkpoint file as ``save_checkpoint`` writes one, without its checks (NaN weights pass)."""
+    tensorfile.write(str(path), {"format": FORMAT_VERSION, **state})
+
+
 ENTRY_POINTS = [
     ("mario/train.py", "mario", ["--resume"]),
     ("montezuma/train.py", "montezuma", ["--resume"]),
@@ -110,39 +124,63 @@ ENTRY_POINTS = [
     ("montezuma/play.py", "montezuma", ["--checkpoint"]),
     ("gridworld/play.py", "gridworld", ["--checkpoint"]),
     ("pong/train.py", "pong", ["--resume"]),
+    ("pong/play.py", "pong", ["--checkpoint"]),
 ]
 
 
 @fault(
-    "a crafted .pdparams whose unpickling runs a shell command, given to every entry point that loads a "
-    "file (--resume of the four train.py, Pong's DQN included; --checkpoint of the three play.py)",
-    "refuses it before anything in it runs: 'refusing to load ...: it asks to load posix.system', exit 1",
-    "nothing runs; no run folder is created",
+    "a crafted .pdparams pickle whose unpickling runs a shell command (or any other pickle: the format of "
+    "earlier versions), given to every entry point that loads a file (--resume of the four train.py, "
+    "--checkpoint of the four play.py) and to the zoo's export",
+    "refuses it unread, in one line naming the conversion command (python -m common.run.convert), exit 1; "
+    "the converter refuses the crafted one too: 'refused ...: it asks to load posix.system'",
+    "nothing runs; no run folder is created; a pickle is only ever read by the converter, in a capped child",
 )
 @pytest.mark.parametrize("entry, game, flag", ENTRY_POINTS, ids=[e[0] for e in ENTRY_POINTS])
 def test_malicious_checkpoint_is_refused_by_every_entry_point(entry, game, flag, tmp_path):
     evil, marker = tmp_path / "evil.pdparams", tmp_path / "pwned"
     _evil_checkpoint(evil, marker, game)
+    t0 = time.perf_counter()
     res = (
         script(entry, *flag, str(evil), "--log-path", str(tmp_path / "runs"))
         if "train" in entry
         else script(entry, *flag, str(evil))
     )
     assert not marker.exists(), "the checkpoint ran its command"
-    assert res.returncode != 0 and "refusing to load" in res.stderr and "system" in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 1 and "is a pickle" in res.stderr, res.stderr[-2000:]
+    assert "python -m common.run.convert" in res.stderr and "Traceback" not in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1, res.stderr
     assert not (tmp_path / "runs").exists()
+    assert time.perf_counter() - t0 < 60  # the interpreter's start-up and Paddle's import, nothing from the file
+    if entry == "gridworld/train.py":  # the converter reads it in its capped child, and refuses it
+        conv = subprocess.run(
+            [sys.executable, "-m", "common.run.convert", str(evil)], cwd=ROOT, capture_output=True, text=True, env=ENV
+        )
+        assert conv.returncode == 1 and "system" in conv.stderr and not marker.exists(), conv.stderr
+        zoo = subprocess.run(
+            [sys.executable, "-m", "common.zoo", "export", "--game", game, "--checkpoint", str(evil), "--name", "x"],
+            cwd=ROOT, capture_output=True, text=True, env=ENV,
+        )  # fmt: skip
+        assert zoo.returncode == 1 and "is a pickle" in zoo.stderr and "Traceback" not in zoo.stderr, zoo.stderr
 
 
 @fault(
-    "a checkpoint shared as plain paddle.save files (the tutorial's format), read by the safe loader",
-    "loads it: the same nested values as paddle.load, tensors as Paddle tensors",
-    "the file stays loadable by paddle.load elsewhere",
+    "a checkpoint of an earlier version (a paddle.save pickle of a real gridworld run), converted with "
+    "python -m common.run.convert",
+    "the converted file holds the same values, tensors as Paddle tensors and arrays as arrays, and --resume "
+    "continues from it",
+    "the original is replaced only once the converted file is complete",
 )
-def test_safe_loader_reads_what_paddle_load_reads(tmp_path):
-    """Checkpoints stay plain paddle.save files: the safe loader returns what paddle.load returns."""
+def test_a_checkpoint_of_an_earlier_version_converts_and_resumes(tmp_path):
     t = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=16))
     path = t.train()["checkpoint"]
-    ours, theirs = load_checkpoint(path), paddle.load(path)
+    ours = load_checkpoint(path)
+    legacy = str(tmp_path / "legacy.pdparams")
+    paddle.save({**ours, "format": 1}, legacy)  # what versions before this one wrote
+    with pytest.raises(LegacyCheckpointError, match="python -m common.run.convert"):
+        load_checkpoint(legacy)
+    assert convert(legacy) == legacy
+    converted = load_checkpoint(legacy)
 
     def same(a, b):
         if isinstance(a, dict):
@@ -150,22 +188,21 @@ def test_safe_loader_reads_what_paddle_load_reads(tmp_path):
             for k in a:
                 same(a[k], b[k])
         elif isinstance(a, (list, tuple)):
-            assert len(a) == len(b)
+            assert len(a) == len(b) and type(a) is type(b)
             for x, y in zip(a, b):
                 same(x, y)
         elif isinstance(a, paddle.Tensor):
             assert isinstance(b, paddle.Tensor) and a.dtype == b.dtype
             np.testing.assert_array_equal(a.numpy(), b.numpy())
         elif isinstance(a, np.ndarray):
+            assert isinstance(b, np.ndarray) and a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
         else:
             assert a == b and type(a) is type(b)
 
-    same(ours, theirs)
-    with pytest.raises(UnsafeCheckpointError, match="builtins.eval"):
-        with open(tmp_path / "e.pdparams", "wb") as f:
-            pickle.dump({"format": 1, "game": "gridworld", "x": _Eval()}, f)
-        load_checkpoint(str(tmp_path / "e.pdparams"))
+    same(ours, converted)
+    resumed = Trainer(GRID, grid_cfg(tmp_path / "r", run_name="resumed", num_global_steps=32, resume=legacy))
+    assert resumed.update == ours["update"] and resumed.train()["update"] == 2
 
 
 class _Eval:
@@ -199,70 +236,133 @@ def _laughs(depth):
     return a
 
 
+def _deep_tuple_key_pickle(depth) -> bytes:
+    """A checkpoint-like pickle with a tuple nested ``depth`` deep as a dict key (opcodes spelled by hand:
+    ``pickle`` itself cannot write it): hashing that key recursed in C and crashed the old loader."""
+    head = pickle.dumps({"format": 1, "game": "gridworld", "config": {}, "policy": {}, "update": 0}, protocol=2)
+    return head[:-1] + b")" + b"\x85" * depth + b"K\x01s."  # (), then TUPLE1 x depth, value 1, SETITEM, STOP
+
+
 HOSTILE = {
     "huge shape, tiny buffer": {"w": _array((2**40,), b"\0" * 4)},
     "zero-itemsize dtype (zero strides)": {"w": _array((2**31, 2**31), b"", np.dtype("V0"))},
     "structured dtype": {"w": _array((4,), b"\0" * 16, np.dtype([("a", "f4")]))},
-    "sub-array dtype by its state": {
-        "w": _array(
-            (1,), b"\0" * 4, _Crafted(np.dtype, ("f4", False, True), (3, "|", ("x", (10**9,)), None, None, -1, -1, 0))
-        )
-    },
     "negative dimension": {"w": _array((-1, 4), b"\0" * 16)},
     "object dtype": {"w": _array((1,), b"\0" * 8, np.dtype("O"))},
     "billion laughs": {"visited": _laughs(60)},
+    "eval": {"x": _Eval()},
 }
 
 
 @fault(
-    "a small crafted file (146-300 bytes): an allow-listed numpy array with a huge shape over a tiny buffer, "
-    "a zero-itemsize, structured or sub-array dtype, a negative dimension, object arrays, or nested lists "
-    "sharing references ('billion laughs')",
-    "refused within a second and a few MB: 'refusing to load ...: it holds an array of shape ...' / "
-    "'its shared references would expand it past N entries', exit 1 at an entry point",
+    "a small crafted pickle (146-300 bytes): an array with a huge shape over a tiny buffer, a zero-itemsize, "
+    "structured or object dtype, a negative dimension, nested lists sharing references ('billion laughs'), a "
+    "call of eval; and a tuple nested 100,000 deep as a dict key (the old loader's crash), given to the converter",
+    "the loaders refuse every pickle unread; the converter refuses each in its child, within its memory and "
+    "time caps, in one line naming the file, exit 1",
+    "nothing is written; the machine's memory is not touched beyond the child's cap",
+)
+@pytest.mark.parametrize("case", [*HOSTILE, "deep tuple key"], ids=[*HOSTILE, "deep tuple key"])
+def test_hostile_pickles_are_refused_by_the_converter(case, tmp_path):
+    path = str(tmp_path / "hostile.pdparams")
+    with open(path, "wb") as f:
+        if case == "deep tuple key":
+            f.write(_deep_tuple_key_pickle(100_000))
+        else:
+            pickle.dump(
+                {"format": 1, "game": "gridworld", "config": {}, "policy": {}, "update": 0, **HOSTILE[case]},
+                f,
+                protocol=2,
+            )
+    original = open(path, "rb").read()
+    with pytest.raises(LegacyCheckpointError):
+        load_checkpoint(path)
+    t0 = time.perf_counter()
+    with pytest.raises(ConversionError, match="refused .*hostile.pdparams") as e:
+        convert(path)
+    assert time.perf_counter() - t0 < 30 and "\n" not in str(e.value)
+    assert open(path, "rb").read() == original and len(os.listdir(tmp_path)) == 1  # nothing written
+
+
+def _tensorfile_case(case) -> bytes:
+    """A small crafted checkpoint in this version's format: its header lies, or its state does."""
+    import json
+    import struct
+
+    good = tensorfile.dumps(
+        {"format": FORMAT_VERSION, "game": "gridworld", "config": {}, "policy": {"w": np.ones(4, "f4")}}
+    )
+    (n,) = struct.unpack("<Q", good[:8])
+    header = json.loads(good[8 : 8 + n])
+    data = good[8 + n :]
+
+    def build(h, body=data):
+        raw = json.dumps(h).encode()
+        return struct.pack("<Q", len(raw)) + raw + body
+
+    meta = header["__metadata__"]
+    state = json.loads(meta["state"])
+    if case == "header length past the file":
+        return struct.pack("<Q", 2**60) + good[8:]
+    if case == "huge shape on 16 bytes":
+        return build({**header, "policy/w": {"dtype": "F32", "shape": [2**39], "data_offsets": [0, 16]}})
+    if case == "unknown dtype":
+        return build({**header, "policy/w": {"dtype": "O", "shape": [4], "data_offsets": [0, 16]}})
+    if case == "overlapping tensors":
+        extra = {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}
+        state["policy"]["v"] = {"__array__": "policy/v"}
+        return build({**header, "policy/v": extra, "__metadata__": {**meta, "state": json.dumps(state)}})
+    if case == "JSON nested 100,000 deep":
+        return build({**header, "__metadata__": {**meta, "state": "[" * 100_000 + "]" * 100_000}})
+    if case == "a 100,000-digit number":
+        return build(
+            {**header, "__metadata__": {**meta, "state": json.dumps({"update": 0}).replace("0", "9" * 100_000)}}
+        )
+    if case == "a tensor referenced twice":
+        state["config"] = {"again": {"__array__": "policy/w"}}
+        return build({**header, "__metadata__": {**meta, "state": json.dumps(state)}})
+    if case == "NaN weights":
+        return build(header, np.full(4, np.nan, "f4").tobytes())
+    if case == "not a checkpoint":
+        return build({"policy/w": header["policy/w"]})
+    raise AssertionError(case)
+
+
+TENSORFILE_CASES = {  # case -> what the refusal names
+    "header length past the file": "header claims",
+    "huge shape on 16 bytes": "does not fill its 16 bytes",
+    "unknown dtype": "dtype 'O' is not one of",
+    "overlapping tensors": "gap or an overlap",
+    "JSON nested 100,000 deep": "nests deeper than 64",
+    "a 100,000-digit number": "number longer than 64",
+    "a tensor referenced twice": "twice",
+    "NaN weights": "NaN or an infinity",
+    "not a checkpoint": "not a checkpoint of this project",
+}
+
+
+@fault(
+    "a small crafted checkpoint in this version's format (safetensors + JSON): a header length past the file, "
+    "a huge shape over 16 bytes, an unknown dtype, overlapping tensors, JSON nested 100,000 deep, a "
+    "100,000-digit number, a tensor referenced twice, NaN weights, a plain safetensors file",
+    "refused within a second and a few MB, in one line naming the file and the entry, exit 1 at an entry point",
     "nothing is allocated beyond the file's own size; no run folder is created",
 )
-@pytest.mark.parametrize("case", HOSTILE, ids=list(HOSTILE))
-def test_hostile_small_files_are_refused_fast(case, tmp_path):
+@pytest.mark.parametrize("case", TENSORFILE_CASES, ids=list(TENSORFILE_CASES))
+def test_hostile_checkpoints_are_refused_fast(case, tmp_path):
     import resource
 
     path = str(tmp_path / "hostile.pdparams")
     with open(path, "wb") as f:
-        pickle.dump(
-            {"format": 1, "game": "gridworld", "config": {}, "policy": {}, "update": 0, **HOSTILE[case]}, f, protocol=2
-        )
-    assert os.path.getsize(path) < 1000
+        f.write(_tensorfile_case(case))
     before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
-    with pytest.raises(UnsafeCheckpointError, match="refusing to load"):
+    with pytest.raises(CheckpointError, match=re.escape(TENSORFILE_CASES[case])) as e:
         load_checkpoint(path)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 1.0 and path in str(e.value) and len(str(e.value)) < 400
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KB: no big allocation
-    if case in ("huge shape, tiny buffer", "billion laughs"):  # and at an entry point, as a user meets it
+    if case in ("huge shape on 16 bytes", "JSON nested 100,000 deep"):  # and at an entry point
         res = script("gridworld/play.py", "--checkpoint", path)
-        assert res.returncode == 1 and "refusing to load" in res.stderr, res.stderr[-2000:]
-
-
-def test_safe_loader_keeps_arrays_as_numpy_builds_them(tmp_path):
-    """Fortran order, big-endian data, scalars, bool and float16 arrays, and a shared list read back equal."""
-    shared = [1, 2]
-    value = {
-        "format": 1,
-        "game": "gridworld",
-        "config": {"a": shared, "b": shared},
-        "f": np.asfortranarray(np.arange(12, dtype="f4").reshape(3, 4)),
-        "be": np.arange(5, dtype=">i4"),
-        "s": np.float32(2.5),
-        "b": np.array([True, False]),
-        "h": np.arange(3, dtype="f2"),
-        "empty": np.zeros((0, 3), "f8"),
-    }
-    path = str(tmp_path / "ok.pdparams")
-    with open(path, "wb") as f:
-        pickle.dump(value, f, protocol=4)
-    state = load_checkpoint(path)
-    for key in ("f", "be", "b", "h", "empty"):  # no tensor records: Paddle 2.0's format, arrays become tensors
-        np.testing.assert_array_equal(state[key].numpy(), value[key])
-    assert state["s"] == 2.5 and state["config"]["a"] == [1, 2] and state["config"]["a"] is state["config"]["b"]
+        assert res.returncode == 1 and TENSORFILE_CASES[case] in res.stderr and "Traceback" not in res.stderr
 
 
 @fault(
@@ -276,7 +376,7 @@ def test_incomplete_checkpoint_is_named(tmp_path):
     for key in ("optimizer", "config"):
         partial = {k: v for k, v in state.items() if k != key}
         path = str(tmp_path / f"no_{key}.pdparams")
-        paddle.save(partial, path)
+        save_checkpoint(path, partial)
         with pytest.raises(CheckpointError, match=f"incomplete: it has no '{key}'"):
             Trainer(GRID, grid_cfg(tmp_path / "x", run_name=key, resume=path))
         assert not (tmp_path / "x").exists()  # a refused --resume leaves no empty run folder
@@ -322,7 +422,7 @@ def _tamper(state, case):
     elif case == "config a list":
         state["config"] = [1, 2]
     elif case == "another game's checkpoint":
-        state = {"format": 1, "game": "pong", "config": {}, "policy": {}}
+        state = {"format": FORMAT_VERSION, "game": "pong", "config": {}, "policy": {}}
     state["policy"] = policy if case != "another game's checkpoint" else state["policy"]
     return state
 
@@ -331,11 +431,11 @@ TAMPERED = {  # case -> what the error names
     "update is a string": "entry 'update' is '5'",
     "nan_total is a string": "entry 'nan_total'",
     "world_size is a string": "entry 'world_size'",
-    "negative update": "entry 'update' is '-5'",
+    "negative update": "entry 'update' is -5",
     "weight as float64": "dtype",
     "weight as int32": "dtype",
     "policy entry a float": "checkpoint a float vs run",
-    "NaN weight": "non-finite values (NaN or inf) in policy/",
+    "NaN weight": "tensor 'policy/features.0.weight' holds a NaN or an infinity",
     "optimizer key for a missing parameter": "the optimizer has parameters 0 to",
     "optimizer moment of the wrong shape": "its parameter's is",
     "intrinsic weight of the wrong shape": "intrinsic/predictor",
@@ -355,7 +455,7 @@ TAMPERED = {  # case -> what the error names
 @pytest.mark.parametrize("case", TAMPERED, ids=list(TAMPERED))
 def test_tampered_checkpoints_are_named(case, tmp_path, tampered_source):
     path = str(tmp_path / "tampered.pdparams")
-    paddle.save(_tamper(tampered_source, case), path)
+    _write(path, _tamper(tampered_source, case))
     with pytest.raises(CheckpointError, match=re.escape(TAMPERED[case])) as e:
         Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="resumed", resume=path))
     assert path in str(e.value)
@@ -379,7 +479,7 @@ def test_a_folder_or_a_device_given_as_a_checkpoint_is_named_as_such(tmp_path):
 
 def test_a_gridworld_checkpoint_given_to_pong_is_named_another_games(tmp_path, tampered_source):
     path = str(tmp_path / "grid.pdparams")
-    paddle.save(tampered_source, path)
+    save_checkpoint(path, tampered_source)
     res = script("pong/train.py", "--resume", path, "--log-path", str(tmp_path / "runs"))
     assert res.returncode == 1 and "written by game 'gridworld'; this is 'pong'" in res.stderr, res.stderr[-1500:]
 
@@ -387,7 +487,7 @@ def test_a_gridworld_checkpoint_given_to_pong_is_named_another_games(tmp_path, t
 def test_tampered_checkpoints_are_named_at_play(tmp_path, tampered_source):
     for case in ("config a list", "weight as float64", "NaN weight"):
         path = str(tmp_path / f"{case.replace(' ', '_')}.pdparams")
-        paddle.save(_tamper(tampered_source, case), path)
+        _write(path, _tamper(tampered_source, case))
         res = script("gridworld/play.py", "--checkpoint", path, "--output", str(tmp_path / "x.mp4"))
         assert res.returncode == 1 and TAMPERED[case] in res.stderr and "Traceback" not in res.stderr, res.stderr
 
@@ -659,7 +759,7 @@ def test_dqn_incomplete_checkpoint_and_bad_log_path(tmp_path):
     res = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=5)).train()
     state = load_checkpoint(res["checkpoint"])
     path = str(tmp_path / "no_rng.pdparams")
-    paddle.save({k: v for k, v in state.items() if k != "rng"}, path)
+    save_checkpoint(path, {k: v for k, v in state.items() if k != "rng"})
     with pytest.raises(CheckpointError, match="incomplete: it has no 'rng'"):
         DQNTrainer(PONG, pong_cfg(tmp_path / "x", resume=path))
     assert not (tmp_path / "x").exists()

@@ -266,10 +266,9 @@ def test_without_intrinsic_module_the_episode_picture_is_skipped(tmp_path):
 
 @pytest.mark.slow
 def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
-    import paddle
 
     from common.ppo.trainer import Trainer
-    from common.run.checkpoint import load_checkpoint
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
     from montezuma.pictures import room_table
     from montezuma.train import SPEC, MontezumaConfig, main
 
@@ -300,7 +299,7 @@ def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
     old = dict(state, visited=sorted(reached))
     del old["visit_counts"]
     old_path = str(tmp_path / "old.pdparams")
-    paddle.save(old, old_path)
+    save_checkpoint(old_path, old)
     cfg = MontezumaConfig(**{**state["config"], "resume": old_path, "run_name": "mz_resumed"})
     trainer = Trainer(SPEC, cfg)
     try:

@@ -21,6 +21,7 @@ from common.intrinsic.snd import (
     stdim_terms,
     vicreg_terms,
 )
+from common.run import tensorfile
 
 OBS_SHAPE = (4, 84, 84)
 FEAT = 32
@@ -313,12 +314,12 @@ def test_state_dict_round_trip(name, tmp_path):
     mod = build(name)
     mod.update(batch(8, seed=1))  # optimizer moments and rng have moved
     path = str(tmp_path / "snd.pdparams")
-    paddle.save(mod.state_dict(), path)
+    tensorfile.write(path, mod.state_dict())  # the checkpoints' format
     probe = frames(6, seed=3)
     r0, u0, r1 = mod.reward(probe), mod.update(batch(8, seed=2)), mod.reward(probe)
     mod.update(batch(8, seed=4))  # wander off, then restore
     mod.observe(frames(8, seed=5))
-    state = paddle.load(path)
+    state = tensorfile.read(path)
     assert state["name"] == name and "target_opt" in state and "predictor_opt" in state
     mod.set_state_dict(state)
     np.testing.assert_array_equal(mod.reward(probe), r0)

@@ -1,23 +1,18 @@
 """Atomic checkpoints, loading that cannot run code, and the compatibility check.
 
-A checkpoint is one ``paddle.save`` file holding a nested dict: game, config,
-counters, networks, optimizers, intrinsic-module state (networks, optimizers,
-normalizers), the intrinsic reward filter and RNG states. It is written to a
-temporary file in the same folder and renamed over the final name, so a crash
-or Ctrl-C while saving never leaves a truncated checkpoint behind, and it is
-refused (``CheckpointError``) if any tensor in it is not finite.
+A checkpoint is a nested dict: game, config, counters, networks, optimizers, intrinsic-module
+state (networks, optimizers, normalizers), the intrinsic reward filter and RNG states. It is one
+data-only file (``common.run.tensorfile``: the arrays as a safetensors file, the rest as JSON in its
+header), written to a temporary file in the same folder and renamed over the final name, so a crash
+or Ctrl-C while saving never leaves a truncated checkpoint behind; it is refused
+(``CheckpointError``) if any tensor in it is not finite. The tutorial's file names are kept
+(``mario_1_1_100.pdparams``), although the files are no longer ``paddle.save`` pickles.
 
-Loading. ``paddle.save`` writes a pickle, and ``paddle.load`` unpickles it with no
-restriction: a crafted ``.pdparams`` can run any command when loaded. Checkpoints
-are shared (AI Studio datasets, the tutorial's ``.pdparams``), so ``load_checkpoint``
-never calls ``paddle.load``: it reads the same pickle with an unpickler that only
-rebuilds plain containers and numpy arrays of plain dtypes, refuses anything else
-before it is called, and bounds the time and memory a small file can cost
-(``common.run.safe_pickle``); it checks what the file is and that it has the required
-keys before walking it, then turns Paddle's ``(name, ndarray)`` tensor records into
-tensors exactly as ``paddle.load`` does. The files themselves are unchanged: plain
-``paddle.load`` still reads them (for files one trusts), and the tutorial's file names
-are kept.
+Loading (``load_checkpoint``) reads that format only, with every size checked against the file
+before anything is allocated. A pickle, the format of this project's earlier versions (and of
+``paddle.save``), is refused with one line naming the command that converts it once
+(``python -m common.run.convert``, which reads it in a child process under memory and time caps):
+no loader here unpickles anything, so no file can run code or exhaust the machine by being loaded.
 """
 
 from __future__ import annotations
@@ -29,10 +24,12 @@ import tempfile
 import numpy as np
 import paddle
 
+from common.run import tensorfile
 from common.run.config import process_umask
-from common.run.safe_pickle import UnsafeFileError, resolve, unpickle
+from common.run.convert import is_pickle
 
-FORMAT_VERSION = 1
+#: 1: paddle.save pickles (read only by ``common.run.convert``); 2: ``common.run.tensorfile``
+FORMAT_VERSION = 2
 
 
 class CheckpointError(ValueError):
@@ -44,8 +41,8 @@ class CheckpointError(ValueError):
 REQUIRED_KEYS = ("format", "game", "config")
 
 
-class UnsafeCheckpointError(CheckpointError):
-    """The file asks for something a checkpoint never holds (``common.run.safe_pickle``): refused, nothing was run."""
+class LegacyCheckpointError(CheckpointError):
+    """A pickle of an earlier version: refused unread; ``python -m common.run.convert`` converts it."""
 
 
 def _leaves(state, prefix: str = ""):
@@ -105,12 +102,16 @@ def save_checkpoint(path: str, state: dict) -> str:
             f"refusing to write {path}: non-finite values in {', '.join(bad[:5])}"
             f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}"
         )
+    try:
+        data = tensorfile.dumps({"format": FORMAT_VERSION, **state})
+    except tensorfile.TensorFileError as e:
+        raise CheckpointError(f"refusing to write {path}: {e}") from None
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".pdparams", dir=folder)
-    os.close(fd)
     try:
-        paddle.save({"format": FORMAT_VERSION, **state}, tmp)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except OSError as e:
@@ -139,60 +140,59 @@ def _read(path: str) -> bytes:
         raise CheckpointError(f"cannot read checkpoint {path!r}: {e.strerror}") from None
 
 
-def _max_references(data: bytes) -> int:
-    return len(data) + 1000  # each reference costs at least one byte of pickle; slack for tiny files
-
-
 #: counters a checkpoint may hold: each an integer >= 0
 COUNTERS = ("update", "global_step", "nan_total", "world_size", "env_steps", "episodes", "train_steps")
+
+
+def _brief(value) -> str:
+    """A file-controlled value for an error message, bounded: a string's first 40 characters, a number, or a type."""
+    if isinstance(value, str):
+        return repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if isinstance(value, (bool, int, float, type(None))):
+        return repr(value)[:40]
+    return f"a {type(value).__name__}"
 
 
 def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
     """A checkpoint written by ``save_checkpoint``, read without running code from the file.
 
     Raises ``CheckpointError`` (naming the file, and the entry where one is at fault) when it is
-    missing, unreadable, unsafe, not a checkpoint of this project, of another ``game``, of another
-    format version, lacks one of ``REQUIRED_KEYS`` or ``required``, holds a counter that is not an
-    integer >= 0 or a config that is not a dict, or a tensor with a NaN or inf.
+    missing, unreadable, a pickle of an earlier version (with the command that converts it), not a
+    checkpoint of this project (``common.run.tensorfile`` checks every size, dtype and reference),
+    of another ``game``, of another format version, lacks one of ``REQUIRED_KEYS`` or ``required``,
+    holds a counter that is not an integer >= 0 or a config that is not a dict, or a tensor with a
+    NaN or inf.
     """
     data = _read(path)
+    if is_pickle(data[:1]):
+        raise LegacyCheckpointError(
+            f"{path} is a pickle, the format of this project's versions before 2026-12 (and of paddle.save); "
+            f"convert it once with: python -m common.run.convert {path}"
+        )
+    if not tensorfile.is_tensorfile(data[:9]):
+        raise CheckpointError(f"{path} is not a checkpoint of this project (not a safetensors file)")
     try:
-        raw = unpickle(data)
-        # what it is, before anything in it is walked or converted
-        if not isinstance(raw, dict) or "format" not in raw or "game" not in raw:
-            raise CheckpointError(
-                f"{path!r} is not a checkpoint of this project (a bare state dict, perhaps the "
-                "tutorial's policy weights?): expected a dict with 'game', 'policy', ..."
-            )
-        if game is not None and raw["game"] != game:
-            raise CheckpointError(f"{path} was written by game {raw['game']!r}; this is {game!r}")
-        if raw["format"] != FORMAT_VERSION:
-            raise CheckpointError(
-                f"{path}: checkpoint format {raw['format']!r}; this version reads format {FORMAT_VERSION}"
-            )
-        keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
-        missing = [k for k in keys if k not in raw]
-        if missing:
-            raise CheckpointError(
-                f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
-            )
-        for key in COUNTERS:
-            if key in raw and not (type(raw[key]) is int and raw[key] >= 0):
-                raise CheckpointError(f"{path}: entry {key!r} is {str(raw[key])[:40]!r}: expected an integer >= 0")
-        if not isinstance(raw["config"], dict):
-            raise CheckpointError(f"{path}: entry 'config' is a {type(raw['config']).__name__}: expected a dict")
-        state = resolve(raw, _max_references(data), paddle.to_tensor)
-    except UnsafeFileError as e:
-        raise UnsafeCheckpointError(f"refusing to load {path}: {e}") from None
-    except CheckpointError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a checkpoint"
-        raise CheckpointError(f"cannot read checkpoint {path!r}: {type(e).__name__}: {e}") from e
-    bad = nonfinite_tensors(state)
-    if bad:
-        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise CheckpointError(f"{path}: non-finite values (NaN or inf) in {', '.join(bad[:5])}{more}")
-    return state
+        raw = tensorfile.loads(data, path)
+    except tensorfile.TensorFileError as e:
+        raise CheckpointError(str(e)) from None
+    if "format" not in raw or "game" not in raw:
+        raise CheckpointError(f"{path} is not a checkpoint of this project: expected a dict with 'game', 'policy', ...")
+    if game is not None and raw["game"] != game:
+        raise CheckpointError(f"{path} was written by game {_brief(raw['game'])}; this is {game!r}")
+    if raw["format"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {_brief(raw['format'])}; this version reads {FORMAT_VERSION}")
+    keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise CheckpointError(
+            f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
+        )
+    for key in COUNTERS:
+        if key in raw and not (type(raw[key]) is int and 0 <= raw[key] < 2**62):
+            raise CheckpointError(f"{path}: entry {key!r} is {_brief(raw[key])}: expected an integer >= 0")
+    if not isinstance(raw["config"], dict):
+        raise CheckpointError(f"{path}: entry 'config' is a {type(raw['config']).__name__}: expected a dict")
+    return raw
 
 
 def load_weights(layer, weights, what: str) -> None:

@@ -1,0 +1,283 @@
+"""Checkpoints as data only: one safetensors file whose header also carries the rest of the state as JSON.
+
+A checkpoint is a nested state: dicts, lists and tuples of numbers, strings and arrays (network
+weights, optimizer moments, normalizer statistics). ``write`` stores every array as a tensor of a
+`safetensors <https://github.com/huggingface/safetensors>`_ file (named by its path in the state,
+``policy/features.0.weight``) and the rest of the state, with a reference where each array was, as
+JSON in the header's ``__metadata__``. There is no code and no object graph in such a file, so
+``read`` cannot be made to run anything, and every size is known before anything is allocated:
+
+* the header's length is checked against the file's size and a cap (``MAX_HEADER``) before it is
+  read; its JSON against a nesting depth, a number length and a key count before it is parsed;
+* each tensor's dtype must be one of ``DTYPES``, its shape a few non-negative integers whose
+  product times the dtype's size is exactly its byte range, and the ranges must tile the data
+  section exactly (no overlap, no gap, nothing past the end): no tensor can claim more memory than
+  its bytes in the file;
+* each tensor is referenced once in the state (no shared references to expand), and float tensors
+  must be finite (checked once per tensor);
+* every refusal is a ``TensorFileError`` naming the file and the entry; a message never quotes more
+  than a few characters of what the file holds.
+
+The files are plain safetensors (the ``safetensors`` package and its tools read their tensors); the
+state JSON is this project's. Plain Python values round-trip as they are, with three markers where
+JSON has no word: ``{"__tensor__": name}`` (a Paddle tensor), ``{"__array__": name}`` (a numpy
+array), ``{"__tuple__": [...]}`` and ``{"__items__": [[key, value], ...]}`` (a dict whose keys are
+not all plain strings, e.g. Montezuma's visited rooms).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+#: safetensors dtype names -> numpy (little-endian); nothing else is read or written
+DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+_NAMES = {v: k for k, v in DTYPES.items()}
+MAGIC = "paddle-curiosity"  # __metadata__["format"]
+MAX_HEADER = 64 * 2**20  # bytes of header JSON (the state of a checkpoint here is ~10-100 KB)
+MAX_DEPTH = 64  # JSON nesting (a checkpoint nests ~8 deep)
+MAX_NUMBER = 64  # characters of one JSON number (a 128-bit RNG state is 39 digits)
+MAX_DIMS = 8
+MAX_NAME = 1024  # characters of a tensor's name
+
+
+class TensorFileError(ValueError):
+    """The file is not a checkpoint this reader accepts; nothing in it was used."""
+
+
+def _short(value, limit: int = 40) -> str:
+    """A bounded description of a file-controlled value (never its full ``repr``)."""
+    text = value if isinstance(value, str) else type(value).__name__
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+# ------------------------------------------------------------------------------------ writing
+def _encode(value, path: str, tensors: dict):
+    """The JSON form of ``value`` (at ``path`` in the state); arrays go into ``tensors``."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(float(value)):
+            raise TensorFileError(f"entry {path!r} is {float(value)}: a checkpoint holds finite numbers only")
+        return float(value)
+    if isinstance(value, np.ndarray) or hasattr(value, "numpy"):  # numpy array, Paddle tensor
+        array = np.asarray(value if isinstance(value, np.ndarray) else value.numpy())
+        if array.dtype.newbyteorder("<") not in _NAMES:
+            raise TensorFileError(f"entry {path!r} has dtype {array.dtype}: expected one of {', '.join(DTYPES)}")
+        name = path or "."
+        tensors[name] = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        return {"__array__" if isinstance(value, np.ndarray) else "__tensor__": name}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: _encode(v, f"{path}/{k}" if path else k, tensors) for k, v in value.items()}
+        return {"__items__": [[_encode(k, path, {}), _encode(v, f"{path}/{k}", tensors)] for k, v in value.items()]}
+    raise TensorFileError(f"entry {path!r} is a {type(value).__name__}: a checkpoint holds no such value")
+
+
+def dumps(state: dict) -> bytes:
+    """The bytes of ``state`` (a dict) as a checkpoint file."""
+    tensors: dict[str, np.ndarray] = {}
+    skeleton = json.dumps(_encode(state, "", tensors), separators=(",", ":"), allow_nan=False)
+    header, offset = {}, 0
+    for name, array in tensors.items():
+        header[name] = {
+            "dtype": _NAMES[array.dtype],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
+        offset += array.nbytes
+    header["__metadata__"] = {"format": MAGIC, "version": "1", "state": skeleton}
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    return b"".join([struct.pack("<Q", len(raw)), raw, *(a.tobytes() for a in tensors.values())])
+
+
+def is_tensorfile(head: bytes) -> bool:
+    """Whether the first bytes of a file look like a safetensors file (a length, then a JSON object)."""
+    return len(head) >= 9 and head[8:9] == b"{"
+
+
+# ------------------------------------------------------------------------------------ reading
+def _check_json_text(text: str, what: str) -> None:
+    """Refuse JSON text nested deeper than MAX_DEPTH or with a number longer than MAX_NUMBER, before parsing."""
+    depth, run, in_string, escaped = 0, 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch in "0123456789+-.eE":
+            run += 1
+            if run > MAX_NUMBER:
+                raise TensorFileError(f"{what} has a number longer than {MAX_NUMBER} characters")
+            continue
+        run = 0
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise TensorFileError(f"{what} nests deeper than {MAX_DEPTH}")
+        elif ch in "]}":
+            depth -= 1
+
+
+def _tensor_specs(header: dict, data_len: int) -> dict:
+    """name -> (numpy dtype, shape, begin, end), every entry checked; ranges tile [0, data_len)."""
+    specs = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        where = f"tensor {_short(name)}"
+        if len(name) > MAX_NAME:
+            raise TensorFileError(f"{where}: its name is longer than {MAX_NAME} characters")
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise TensorFileError(f"{where}: expected dtype, shape and data_offsets")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise TensorFileError(f"{where}: dtype {_short(dtype)} is not one of {', '.join(DTYPES)}")
+        if not (
+            isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(n) is int and 0 <= n < 2**40 for n in shape)
+        ):
+            raise TensorFileError(f"{where}: shape must be at most {MAX_DIMS} integers in [0, 2**40)")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
+            raise TensorFileError(f"{where}: data_offsets must be two integers")
+        begin, end = offsets
+        if not 0 <= begin <= end <= data_len:
+            raise TensorFileError(f"{where}: its bytes [{begin}, {end}) lie outside the data ({data_len} bytes)")
+        if math.prod(shape) * DTYPES[dtype].itemsize != end - begin:
+            raise TensorFileError(f"{where}: shape {shape} of {dtype} does not fill its {end - begin} bytes")
+        specs[name] = (DTYPES[dtype], tuple(shape), begin, end)
+    position = 0
+    for name, (_, _, begin, end) in sorted(specs.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if begin != position:
+            raise TensorFileError(f"tensor {_short(name)}: the data section has a gap or an overlap at byte {position}")
+        position = end
+    if position != data_len:
+        raise TensorFileError(f"the data section holds {data_len - position} bytes that no tensor owns")
+    return specs
+
+
+def loads(data: bytes, what: str = "checkpoint") -> dict:
+    """The state written by ``dumps``, from its bytes; ``TensorFileError`` (naming ``what``) on anything else."""
+    try:
+        return _loads(data)
+    except TensorFileError as e:
+        raise TensorFileError(f"{what}: {e}") from None
+
+
+def _loads(data: bytes) -> dict:
+    if len(data) < 8:
+        raise TensorFileError("too short for a safetensors header")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > min(len(data) - 8, MAX_HEADER):
+        raise TensorFileError(f"its header claims {length:,} bytes; the file has {len(data) - 8:,} after the length")
+    try:
+        text = data[8 : 8 + length].decode("utf-8")
+    except UnicodeDecodeError:
+        raise TensorFileError("its header is not UTF-8") from None
+    _check_json_text(text, "its header")
+    try:
+        header = json.loads(text)
+    except ValueError as e:
+        raise TensorFileError(f"its header is not JSON ({type(e).__name__} at {getattr(e, 'pos', '?')})") from None
+    if not isinstance(header, dict):
+        raise TensorFileError("its header is not a JSON object")
+    meta = header.get("__metadata__")
+    if not isinstance(meta, dict) or meta.get("format") != MAGIC or not isinstance(meta.get("state"), str):
+        raise TensorFileError(f"it is a safetensors file but not a checkpoint of this project (no {MAGIC} state)")
+    if meta.get("version") != "1":
+        raise TensorFileError(f"checkpoint version {_short(meta.get('version'))}: this version reads 1")
+    specs = _tensor_specs(header, len(data) - 8 - length)
+    _check_json_text(meta["state"], "its state")
+    try:
+        skeleton = json.loads(meta["state"])
+    except ValueError as e:
+        raise TensorFileError(f"its state is not JSON ({type(e).__name__})") from None
+    base, used = 8 + length, set()
+
+    def array(name, as_tensor: bool):
+        if not isinstance(name, str) or name not in specs:
+            raise TensorFileError(f"its state refers to a tensor {_short(name)} the file does not hold")
+        if name in used:
+            raise TensorFileError(f"its state refers to tensor {_short(name)} twice")
+        used.add(name)
+        dtype, shape, begin, end = specs[name]
+        a = np.frombuffer(data, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=base + begin)
+        a = a.reshape(shape).astype(dtype.newbyteorder("="), copy=True)  # owned, writable, native order
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise TensorFileError(f"tensor {_short(name)} holds a NaN or an infinity")
+        if as_tensor:
+            import paddle
+
+            return paddle.to_tensor(a)
+        return a
+
+    def decode(node, depth=0):
+        if isinstance(node, list):
+            return [decode(v, depth + 1) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            ((key, value),) = node.items()
+            if key in ("__tensor__", "__array__"):
+                return array(value, key == "__tensor__")
+            if key == "__tuple__" and isinstance(value, list):
+                return tuple(decode(v, depth + 1) for v in value)
+            if key == "__items__" and isinstance(value, list):
+                out = {}
+                for item in value:
+                    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int, float, bool))):
+                        raise TensorFileError("its state has a malformed __items__ entry")
+                    out[item[0]] = decode(item[1], depth + 1)
+                return out
+        if any(k.startswith("__") for k in node):
+            raise TensorFileError(
+                f"its state has an unknown marker {_short(next(k for k in node if k.startswith('__')))}"
+            )
+        return {k: decode(v, depth + 1) for k, v in node.items()}
+
+    state = decode(skeleton)
+    if not isinstance(state, dict):
+        raise TensorFileError("its state is not a dict")
+    unused = set(specs) - used
+    if unused:
+        raise TensorFileError(f"it holds {len(unused)} tensors its state never refers to (e.g. {_short(min(unused))})")
+    return state
+
+
+def write(path: str, state: dict) -> None:
+    """Write ``state`` to ``path`` (not atomically: ``common.run.checkpoint.save_checkpoint`` is)."""
+    data = dumps(state)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read(path: str) -> dict:
+    """``loads`` of the file at ``path``."""
+    with open(path, "rb") as f:
+        return loads(f.read(), os.fspath(path))
