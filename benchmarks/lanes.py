@@ -357,8 +357,24 @@ def _drop_optimizers(state):
 
 
 def _recast_checkpoint(src, dst, from_dtype, to_dtype, drop_optimizers: bool) -> str:
-    """Checkpoint ``src`` written to ``dst`` with every ``from_dtype`` tensor as a ``to_dtype`` numpy array."""
+    """Checkpoint ``src`` written to ``dst`` with every ``from_dtype`` tensor as a ``to_dtype`` numpy array.
+
+    A pickle of an earlier version (a lane started before the format changed) is converted first, in a
+    temporary copy (``common.run.convert``), so such a run can still be packed and continued."""
     from common.run.checkpoint import load_checkpoint, save_checkpoint
+    from common.run.convert import convert, is_pickle
+
+    with open(src, "rb") as f:
+        legacy = is_pickle(f.read(1))
+    if legacy:
+        tmp = dst + ".converting"
+        shutil.copyfile(src, tmp)
+        try:
+            convert(tmp)
+            return _recast_checkpoint(tmp, dst, from_dtype, to_dtype, drop_optimizers)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
     def recast(leaf):
         array = leaf if isinstance(leaf, np.ndarray) else leaf.numpy() if hasattr(leaf, "numpy") else None

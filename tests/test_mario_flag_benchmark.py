@@ -153,16 +153,19 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     run; the scheduler's restore puts them back where the run folder is missing, to resume from."""
     import numpy as np
 
-    from common.run.checkpoint import load_checkpoint, save_checkpoint
+    from common.run.checkpoint import load_checkpoint
 
     out, results, state = str(tmp_path / "runs"), str(tmp_path / "results"), str(tmp_path / "state")
     run_dir = _run_folder(out, updates=4, torn=False)
     name = os.path.basename(run_dir)
+    import paddle
+
     weights = np.linspace(-1, 1, 1000, dtype=np.float32)
-    save_checkpoint(  # a checkpoint as the trainer writes one, in little
-        os.path.join(run_dir, "models", "mario_1_1_4.pdparams"),
-        {"game": "mario", "config": {}, "update": 4, "policy": {"w": weights}, "optimizer": {"m": weights}},
-    )
+    # a checkpoint of an earlier version (a paddle.save pickle, as a lane started before the format changed
+    # leaves): packing converts it on the way
+    state = {"format": 1, "game": "mario", "config": {}, "update": 4}
+    state.update(policy={"w": paddle.to_tensor(weights)}, optimizer={"m": paddle.to_tensor(weights)})
+    paddle.save(state, os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
     lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
     argv = ["--pack-state", "--out", out, "--results", results, "--state", state]
     assert bench.main(argv) == 0
