@@ -163,9 +163,9 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     weights = np.linspace(-1, 1, 1000, dtype=np.float32)
     # a checkpoint of an earlier version (a paddle.save pickle, as a lane started before the format changed
     # leaves): packing converts it on the way
-    state = {"format": 1, "game": "mario", "config": {}, "update": 4}
-    state.update(policy={"w": paddle.to_tensor(weights)}, optimizer={"m": paddle.to_tensor(weights)})
-    paddle.save(state, os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
+    legacy = {"format": 1, "game": "mario", "config": {}, "update": 4}
+    legacy.update(policy={"w": paddle.to_tensor(weights)}, optimizer={"m": paddle.to_tensor(weights)})
+    paddle.save(legacy, os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
     lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
     argv = ["--pack-state", "--out", out, "--results", results, "--state", state]
     assert bench.main(argv) == 0
