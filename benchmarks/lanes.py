@@ -363,9 +363,11 @@ def _recast_checkpoint(src, dst, from_dtype, to_dtype, drop_optimizers: bool) ->
     temporary copy (``common.run.convert``), so such a run can still be packed and continued."""
     from common.run.checkpoint import load_checkpoint, save_checkpoint
     from common.run.convert import convert, is_pickle
+    from common.run.tensorfile import is_tensorfile
 
     with open(src, "rb") as f:
-        legacy = is_pickle(f.read(1))
+        head = f.read(9)
+    legacy = is_pickle(head) and not is_tensorfile(head)
     if legacy:
         tmp = dst + ".converting"
         shutil.copyfile(src, tmp)

@@ -1010,6 +1010,40 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path
 
 
 @fault(
+    "Ctrl-C (or SIGTERM) in the middle of an update: a MiniGrid run whose update takes ~10-20 s "
+    "(1,500 epochs), signalled 2 s into its second update",
+    "stops at the next minibatch: the update under way is dropped (rolled back), the last completed update "
+    "is saved, exit 130, within seconds rather than at the update's end",
+    "the checkpoint holds update 1 exactly: the same weights as that update's own checkpoint",
+)
+def test_a_stop_during_an_update_saves_the_last_completed_one_within_seconds(tmp_path):
+    args = ["--num-processes", "2", "--num-local-steps", "64", "--batch-size", "2", "--num-epochs", "1500"]
+    args += ["--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "1", "--obs-norm-steps", "1"]
+    args += ["--log-path", str(tmp_path), "--run-name", "u", "--intrinsic", "rnd", "--num-threads", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args],
+        env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    first = tmp_path / "u" / "models" / "gridworld_DoorKey-5x5_1.pdparams"
+    deadline = time.time() + 600
+    while not first.exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else "slow"
+        time.sleep(0.2)
+    time.sleep(2)  # the second update's collection (~0.1 s) is over: its 3,000 minibatch steps are under way
+    t0 = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    stopped_in = time.perf_counter() - t0
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    saved = load_checkpoint(checkpoints(tmp_path / "u")[-1])
+    kept = load_checkpoint(str(first))
+    assert saved["update"] == 1 == kept["update"]
+    for name, w in kept["policy"].items():
+        np.testing.assert_array_equal(saved["policy"][name].numpy(), w.numpy())
+    assert stopped_in < 5, f"{stopped_in:.1f} s to stop"  # an update of 1,500 epochs takes far longer here
+
+
+@fault(
     "the background evaluation process SIGSTOPped (hung) or SIGKILLed during a run",
     "the lost evaluation is skipped with a message, a new evaluation process takes over (at most "
     "--max-worker-restarts times), charts/evals_lost counts it; a stopped one is found by --worker-timeout",

@@ -10,8 +10,9 @@
 What differs between games comes from the ``GameSpec``. An update is all or nothing: if
 a loss or a weight goes non-finite it is rolled back (and counted); an error anywhere
 saves the state of the last completed update and names the file. Ctrl-C / SIGTERM
-finish the current step, save a checkpoint and close the workers; a second Ctrl-C
-aborts at once.
+stop at the next collection step or minibatch: the update under way is dropped (rolled back,
+as a failed one) and the state of the last completed update is saved, then the workers close;
+a second Ctrl-C aborts at once.
 
 Started by ``paddle.distributed.launch``, each rank runs this loop as one data-parallel
 replica (``common.run.distributed``: gradients averaged, reward statistics pooled, the same
@@ -75,6 +76,10 @@ CHECKPOINT_KEYS = (
 )
 
 
+class _StopInUpdate(Exception):
+    """A stop signal arrived between two minibatches: the update under way is dropped."""
+
+
 class Trainer:
     """PPO + intrinsic reward for one game. ``Trainer(spec, cfg).train()`` runs to completion."""
 
@@ -121,7 +126,10 @@ class Trainer:
         self.buffer = RolloutBuffer(
             cfg.num_local_steps, cfg.num_envs, self.obs_shape, state_keys=cfg.first_visit_key == "state"
         )
-        self.stop = StopSignals("finishing this step, saving a checkpoint, closing workers")
+        # a stop leaves the update under way at its next minibatch (seconds, not the whole update)
+        self.stop = StopSignals(
+            "stopping within seconds: the update under way is dropped, the last completed one saved, workers closed"
+        )
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
 
         self.update = 0  # completed updates
@@ -303,6 +311,8 @@ class Trainer:
         self.policy.train()
         for epoch in range(cfg.num_epochs):
             for batch in self.buffer.minibatches(cfg.batch_size, self.rng):
+                if self.world.stop_now(self.stop):  # leave within a minibatch's time; _update rolls back
+                    raise _StopInUpdate
                 if epoch >= module_epochs:
                     out, int_out = self.ppo.step(batch), {}
                 elif self._side is not None:
@@ -320,7 +330,8 @@ class Trainer:
         return {k: v / counts[k] for k, v in sums.items()}
 
     def _update(self, snapshot: dict):
-        """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``."""
+        """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``
+        (raises ``_StopInUpdate`` after rolling back when a stop signal cut it short)."""
         try:
             with self.math_threads():
                 losses = self.learn()
@@ -420,9 +431,10 @@ class Trainer:
 
     def one_update(self, obs: np.ndarray):
         """Collect a rollout from ``obs``, learn from it, log, evaluate, save: ``(last obs, losses)``, or
-        ``(None, None)`` when a stop signal cut the rollout short (nothing of it is learned)."""
+        ``(None, None)`` when a stop signal cut the rollout or its update short (nothing of it is learned)."""
         cfg, main = self.cfg, self.world.is_main  # rank 0 alone logs
         snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
+        scale_before = copy_state(self.int_scale.state_dict())  # and a stopped one too
         t0 = time.perf_counter()
         embed = main and bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
         picture = main and self._picture_due(self.update + 1)
@@ -447,7 +459,11 @@ class Trainer:
             int_episodic=cfg.int_episodic or cfg.int_reward == "snd",
         )
         t1 = time.perf_counter()
-        losses = self._update(snapshot)
+        try:
+            losses = self._update(snapshot)
+        except _StopInUpdate:  # the rollout is dropped: every state is the last completed update's again
+            self.int_scale.set_state_dict(scale_before)
+            return None, None
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update

@@ -164,12 +164,12 @@ def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
     NaN or inf.
     """
     data = _read(path)
-    if is_pickle(data[:1]):
-        raise LegacyCheckpointError(
-            f"{path} is a pickle, the format of this project's versions before 2026-12 (and of paddle.save); "
-            f"convert it once with: python -m common.run.convert {path}"
-        )
-    if not tensorfile.is_tensorfile(data[:9]):
+    if not tensorfile.is_tensorfile(data[:9]):  # asked first: a header length can start with byte 0x80 too
+        if is_pickle(data[:1]):
+            raise LegacyCheckpointError(
+                f"{path} is a pickle, the format of this project's versions before 2026-12 (and of paddle.save); "
+                f"convert it once with: python -m common.run.convert {path}"
+            )
         raise CheckpointError(f"{path} is not a checkpoint of this project (not a safetensors file)")
     try:
         raw = tensorfile.loads(data, path)

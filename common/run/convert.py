@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from common.run import tensorfile
+
 #: the child's memory: its interpreter and numpy (~250 MB of address space), plus this many times the file
 MEMORY_BASE, MEMORY_PER_BYTE = 400 * 2**20, 8
 TIMEOUT_BASE, TIMEOUT_PER_MB = 20.0, 0.5  # seconds of wall clock (and of CPU time)
@@ -58,7 +60,9 @@ class ConversionError(ValueError):
 
 
 def is_pickle(head: bytes) -> bool:
-    """Whether the first bytes of a file are a pickle's (protocol 2 or later: ``paddle.save``'s)."""
+    """Whether the first bytes of a file are a pickle's (protocol 2 or later: ``paddle.save``'s). A
+    safetensors file can start with the same byte (its header's length): ask ``tensorfile.is_tensorfile``
+    first."""
     return head[:1] == b"\x80"
 
 
@@ -73,7 +77,7 @@ def convert(path: str) -> str:
             head = f.read(16)
     except OSError as e:
         raise ConversionError(f"cannot read {path}: {e.strerror}") from None
-    if not is_pickle(head):
+    if tensorfile.is_tensorfile(head) or not is_pickle(head):
         raise ConversionError(f"{path} is not a pickle: nothing to convert")
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".pdparams", dir=folder)

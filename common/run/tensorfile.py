@@ -81,7 +81,7 @@ def _encode(value, path: str, tensors: dict):
         if array.dtype.newbyteorder("<") not in _NAMES:
             raise TensorFileError(f"entry {path!r} has dtype {array.dtype}: expected one of {', '.join(DTYPES)}")
         name = path or "."
-        tensors[name] = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        tensors[name] = np.array(array, dtype=array.dtype.newbyteorder("<"), order="C")  # 0-d stays 0-d
         return {"__array__" if isinstance(value, np.ndarray) else "__tensor__": name}
     if isinstance(value, tuple):
         return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]}
@@ -113,11 +113,17 @@ def dumps(state: dict) -> bytes:
 
 
 def is_tensorfile(head: bytes) -> bool:
-    """Whether the first bytes of a file look like a safetensors file (a length, then a JSON object)."""
+    """Whether the first bytes of a file look like a safetensors file (a length, then a JSON object); a
+    pickle (protocol 2+) has its 9th byte inside its first opcodes, never ``{`` for a checkpoint's dict."""
     return len(head) >= 9 and head[8:9] == b"{"
 
 
 # ------------------------------------------------------------------------------------ reading
+def _no_constant(name: str):
+    """JSON's NaN and Infinity, which Python's parser accepts: a checkpoint holds finite numbers only."""
+    raise TensorFileError(f"it holds {name}: a checkpoint holds finite numbers only")
+
+
 def _check_json_text(text: str, what: str) -> None:
     """Refuse JSON text nested deeper than MAX_DEPTH or with a number longer than MAX_NUMBER, before parsing."""
     depth, run, in_string, escaped = 0, 0, False, False
@@ -202,7 +208,9 @@ def _loads(data: bytes) -> dict:
         raise TensorFileError("its header is not UTF-8") from None
     _check_json_text(text, "its header")
     try:
-        header = json.loads(text)
+        header = json.loads(text, parse_constant=_no_constant)
+    except TensorFileError:
+        raise
     except ValueError as e:
         raise TensorFileError(f"its header is not JSON ({type(e).__name__} at {getattr(e, 'pos', '?')})") from None
     if not isinstance(header, dict):
@@ -215,7 +223,9 @@ def _loads(data: bytes) -> dict:
     specs = _tensor_specs(header, len(data) - 8 - length)
     _check_json_text(meta["state"], "its state")
     try:
-        skeleton = json.loads(meta["state"])
+        skeleton = json.loads(meta["state"], parse_constant=_no_constant)
+    except TensorFileError:
+        raise
     except ValueError as e:
         raise TensorFileError(f"its state is not JSON ({type(e).__name__})") from None
     base, used = 8 + length, set()
