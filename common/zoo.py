@@ -152,15 +152,66 @@ def export(
     return card
 
 
+class CardError(ValueError):
+    """A zoo card that is not what ``export`` writes: refused, naming the card and the entry."""
+
+
+MAX_CARD_BYTES = 64 * 1024
+
+
+def check_card(card, path: str, zoo: str = ZOO) -> dict:
+    """``card`` if it is a card as ``export`` writes one (the types and ranges the notebooks, the table and
+    the zoo test rely on, ``file`` a plain name of a file inside ``zoo``); else ``CardError`` naming ``path``."""
+
+    def need(ok, entry, accepted):
+        if not ok:
+            raise CardError(f"zoo card {path}: entry {entry!r} is invalid: expected {accepted}")
+
+    def number(v, lo=0.0, hi=1e13):
+        return type(v) in (int, float) and lo <= v <= hi
+
+    need(isinstance(card, dict), "(the card)", "a JSON object")
+    need(card.get("game") in GAMES, "game", f"one of {', '.join(GAMES)}")
+    for key in ("name", "level", "file", "play", "note"):
+        need(isinstance(card.get(key, ""), str) and len(card.get(key, "")) <= 1000, key, "a string")
+    name = card.get("file", "")
+    need(
+        name.endswith(".pdparams") and os.path.basename(name) == name and not name.startswith("."),
+        "file",
+        "a plain .pdparams file name",
+    )
+    need(os.path.isfile(os.path.join(zoo, name)), "file", f"a file in {zoo}")
+    need(number(card.get("megabytes"), 0, MAX_BYTES / 2**20 + 1), "megabytes", "a size in MB up to the zoo's limit")
+    need(type(card.get("agent_steps")) is int and 0 <= card["agent_steps"] < 10**13, "agent_steps", "an int >= 0")
+    hours = card.get("hours_on_2_core_cpu")
+    need(hours is None or number(hours, 0, 1e5), "hours_on_2_core_cpu", "null or hours >= 0")
+    need(isinstance(card.get("settings"), dict), "settings", "an object")
+    ep = card.get("episode")
+    need(isinstance(ep, dict), "episode", "an object")
+    need(ep.get("policy") in ("greedy", "sample"), "episode/policy", "greedy or sample")
+    need(type(ep.get("seed")) is int and 0 <= ep["seed"] < 2**31, "episode/seed", "an int seed")
+    need(type(ep.get("steps")) is int and 0 <= ep["steps"] <= 10**7, "episode/steps", "an int >= 0")
+    for key, value in ep.items():
+        need(key in ("policy",) or value is None or number(value, -1e9, 1e9), f"episode/{key}", "a number")
+    return card
+
+
 def cards(zoo: str = ZOO) -> list[dict]:
-    """Every card in ``zoo``, by name."""
+    """Every card in ``zoo``, by name, each checked (``check_card``)."""
     if not os.path.isdir(zoo):
         return []
     out = []
     for entry in sorted(os.listdir(zoo)):
         if entry.endswith(".json"):
-            with open(os.path.join(zoo, entry), encoding="utf-8") as f:
-                out.append(json.load(f))
+            path = os.path.join(zoo, entry)
+            if os.path.getsize(path) > MAX_CARD_BYTES:
+                raise CardError(f"zoo card {path} is larger than {MAX_CARD_BYTES // 1024} KB: not a card")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    card = json.load(f, parse_constant=lambda c: None)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise CardError(f"zoo card {path} is not JSON ({type(e).__name__})") from None
+            out.append(check_card(card, path, zoo))
     return out
 
 

@@ -587,6 +587,208 @@ def test_careless_values_are_named(tmp_path):
         locked.chmod(0o700)
 
 
+@fault(
+    "flags whose size would exhaust memory or overflow later: --num-local-steps 1000000000, --num-processes "
+    "1000000, --worker-timeout 1e308, --max-eval-steps 10**20; a rollout larger than the machine's memory",
+    "refused naming the flag and the bound ('at most ...', or the rollout's size against the memory), exit 2",
+    "nothing is allocated or started",
+)
+def test_flags_too_large_for_the_machine_are_named(tmp_path):
+    for flag, value, needle in (
+        ("--num-local-steps", "1000000000", "at most 1,000,000"),
+        ("--num-processes", "1000000", "at most 4,096"),
+        ("--worker-timeout", "1e308", "at most 86,400"),
+        ("--max-eval-steps", str(10**20), "at most 10,000,000"),
+    ):
+        res = script("gridworld/train.py", flag, value, "--log-path", str(tmp_path / "runs"))
+        assert res.returncode == 2 and f"{flag} " in res.stderr and needle in res.stderr, res.stderr[-500:]
+    res = script(
+        "montezuma/train.py",
+        "--num-local-steps",
+        "900000",
+        "--num-processes",
+        "4096",
+        "--log-path",
+        str(tmp_path / "r"),
+    )
+    assert res.returncode == 2 and "the rollout needs" in res.stderr and "GB" in res.stderr, res.stderr[-500:]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
+
+
+IMPOSSIBLE = {  # what is changed -> what the refusal names
+    "int_rms var negative": ("int_rms", "var is negative"),
+    "int_rms mean an infinity": ("int_rms", "NaN or an infinity"),
+    "obs_rms count negative": ("intrinsic/obs_rms", "count is -3.0"),
+    "int_filter gamma 5": ("int_filter", "gamma is 5"),
+    "update 2**63": ("update", "entry 'update' is 9223372036854775808"),
+    "visited a string": ("visited", "entry 'visited' is a str"),
+    "visited holds a list": ("visited", "entry 'visited' holds"),
+}
+
+
+@fault(
+    "a checkpoint whose numbers are impossible: a negative or infinite running variance/mean of the intrinsic "
+    "return, a negative observation count, a discount of 5, update 2**63, visited rooms of the wrong type",
+    "CheckpointError naming the file and the entry, exit 1",
+    "nothing is trained or saved from it; no loop runs through 2**63 updates",
+)
+@pytest.mark.parametrize("case", IMPOSSIBLE, ids=list(IMPOSSIBLE))
+def test_impossible_numbers_in_a_checkpoint_are_named(case, tmp_path, tampered_source):
+    state = {k: v for k, v in tampered_source.items()}
+    if case == "int_rms var negative":
+        state["int_rms"] = {**state["int_rms"], "var": np.array(-1.0)}
+    elif case == "int_rms mean an infinity":
+        state["int_rms"] = {**state["int_rms"], "mean": np.array(np.inf)}
+    elif case == "obs_rms count negative":
+        state["intrinsic"] = {**state["intrinsic"], "obs_rms": {**state["intrinsic"]["obs_rms"], "count": -3.0}}
+    elif case == "int_filter gamma 5":
+        state["int_filter"] = {**state["int_filter"], "gamma": 5.0}
+    elif case == "update 2**63":
+        state["update"] = 2**63
+    elif case == "visited a string":
+        state["visited"] = "rooms"
+    elif case == "visited holds a list":
+        state["visited"] = {1: [2]}
+    path = str(tmp_path / "impossible.pdparams")
+    if case == "int_rms mean an infinity":  # the format itself refuses it: written by hand around the check
+        _write(path, {**state, "int_rms": {**state["int_rms"], "mean": np.array(1.0)}})
+        raw = open(path, "rb").read()
+        marker = np.array(1.0).tobytes()
+        assert raw.count(marker) >= 1
+        with open(path, "wb") as f:  # the last float64 1.0 written is the mean: made an infinity
+            i = raw.rfind(marker)
+            f.write(raw[:i] + np.array(np.inf).tobytes() + raw[i + 8 :])
+    else:
+        _write(path, state)
+    entry, needle = IMPOSSIBLE[case]
+    with pytest.raises(CheckpointError) as e:
+        Trainer(GRID, grid_cfg(tmp_path / "runs", run_name="resumed", resume=path))
+    message = str(e.value)
+    assert path in message and (needle in message or "NaN or an infinity" in message), message
+    assert not (tmp_path / "runs").exists()
+
+
+CARELESS_CONFIG = {  # config field -> (value, what the refusal names)
+    "world": (9, "--world 9 is invalid"),
+    "stage": ("1", "--stage '1' is invalid: expected a int"),
+    "action_type": ("diagonal", "--action-type 'diagonal' is invalid"),
+    "max_actions": (-5, "--max-actions -5 is invalid"),
+}
+
+
+@fault(
+    "a checkpoint whose config a play script uses is careless: world 9, stage '1' (a string), action type "
+    "'diagonal', max_actions -5; a MiniGrid one with an unknown env id",
+    "play.py refuses it with the train script's own check, naming the file and the flag, exit 1",
+    "nothing is played or recorded",
+)
+def test_careless_configs_in_a_checkpoint_are_named_at_play(tmp_path):
+    from mario.train import SPEC as MARIO
+    from mario.train import MarioConfig
+
+    cfg = MarioConfig(world=1, stage=1, num_processes=1, num_workers=-1, num_local_steps=8, batch_size=1)
+    trainer = Trainer(MARIO, MarioConfig(**{**cfg.to_dict(), "log_path": str(tmp_path), "run_name": "m"}))
+    state = trainer.state_dict()
+    trainer.close()
+    for field, (value, needle) in CARELESS_CONFIG.items():
+        path = str(tmp_path / f"{field}.pdparams")
+        save_checkpoint(path, {**state, "config": {**state["config"], field: value}})
+        res = script("mario/play.py", "--checkpoint", path, "--output", str(tmp_path / "x.mp4"))
+        assert res.returncode == 1 and needle in res.stderr and path in res.stderr, (field, res.stderr[-800:])
+        assert "Traceback" not in res.stderr
+    grid = load_checkpoint(Trainer(GRID, grid_cfg(tmp_path, run_name="g2", num_global_steps=16)).train()["checkpoint"])
+    path = str(tmp_path / "env.pdparams")
+    save_checkpoint(path, {**grid, "config": {**grid["config"], "env_id": "MiniGrid-Nowhere-v0"}})
+    res = script("gridworld/play.py", "--checkpoint", path, "--output", str(tmp_path / "y.mp4"))
+    assert res.returncode == 1 and "MiniGrid-Nowhere-v0" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+@fault(
+    "run folders misused: a new run's --saved-path pointing at another run's checkpoints, two runs of the same "
+    "name started at once, a run with --saved-path resumed, a run folder whose models/ is a symlink into "
+    "another run, --log-path ''",
+    "refused naming the folder ('holds another run's checkpoints', 'in use by another run right now', 'leads "
+    "out of it', '--log-path '' is invalid'), exit 2; the --saved-path run resumes in its own run folder",
+    "no run writes into another run's folders",
+)
+def test_run_folders_are_never_shared(tmp_path):
+    first = Trainer(GRID, grid_cfg(tmp_path, run_name="a", num_global_steps=16)).train()
+    with pytest.raises(UsageError, match="holds another run's checkpoints"):
+        Trainer(GRID, grid_cfg(tmp_path, run_name="b", saved_path=os.path.dirname(first["checkpoint"])))
+    # a run with its checkpoints elsewhere: resumed, it continues in its own run folder
+    elsewhere = tmp_path / "ckpts"
+    own = Trainer(GRID, grid_cfg(tmp_path, run_name="c", num_global_steps=16, saved_path=str(elsewhere))).train()
+    assert own["checkpoint"].startswith(str(elsewhere))
+    resumed = Trainer(GRID, grid_cfg(tmp_path, run_name="", num_global_steps=32, resume=own["checkpoint"],
+                                     saved_path=str(elsewhere)))  # fmt: skip
+    assert resumed.run_dir == str(tmp_path / "c")
+    resumed.close()
+    # two runs of one name at once: the second is refused while the first holds its folder
+    holder = Trainer(GRID, grid_cfg(tmp_path, run_name="d", num_global_steps=16))
+    for f in ("config.json", "metrics.jsonl"):  # as if the second had checked the folder before these existed
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path / "d" / f)
+    try:
+        code = (
+            "import sys; sys.path.insert(0, '.')\n"
+            "from gridworld.train import SPEC, GridConfig\nfrom common.ppo.trainer import Trainer\n"
+            f"Trainer(SPEC, GridConfig(log_path={str(tmp_path)!r}, run_name='d', num_workers=-1))"
+        )
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=ENV)
+        assert res.returncode != 0 and "in use by another run right now" in res.stderr, res.stderr[-800:]
+    finally:
+        holder.close()
+    # a models/ that is a symlink into another run's folder is never followed
+    (tmp_path / "e").mkdir()
+    os.symlink(os.path.dirname(first["checkpoint"]), tmp_path / "e" / "models")
+    with pytest.raises(UsageError, match="leads out of it"):
+        Trainer(GRID, grid_cfg(tmp_path, run_name="e"))
+    res = script("gridworld/train.py", "--log-path", "")
+    assert res.returncode == 2 and "--log-path '' is invalid" in res.stderr, res.stderr[-500:]
+
+
+@fault(
+    "a metrics.jsonl whose record in the middle is malformed (a missing step, a string value), read by a "
+    "report or a notebook (read_metrics)",
+    "ValueError naming the file and the line",
+    "the records before it are not silently mixed with garbage",
+)
+def test_malformed_metrics_records_are_named_by_line(tmp_path):
+    for bad in ('{"tag": "a", "value": 1.0}', '{"tag": "a", "step": 1, "value": "x"}', "[1, 2]"):
+        (tmp_path / "metrics.jsonl").write_text(
+            '{"tag": "a", "step": 0, "value": 1.0}\n' + bad + '\n{"tag": "a", "step": 2, "value": 3.0}\n'
+        )
+        with pytest.raises(ValueError, match=r"metrics.jsonl, line 2: expected"):
+            read_metrics(str(tmp_path))
+
+
+@fault(
+    "a zoo card edited by hand: its file outside zoo/ ('../../etc/passwd'), a negative agent_steps, an episode "
+    "seed that is a string, a card that is not JSON",
+    "CardError naming the card and the entry when the zoo is read (table, notebooks, tests)",
+    "nothing outside zoo/ is opened as an agent",
+)
+def test_careless_zoo_cards_are_named(tmp_path):
+    import json as _json
+
+    from common import zoo
+
+    card = zoo.cards()[0]
+    shutil.copy(os.path.join(zoo.ZOO, card["file"]), tmp_path / card["file"])
+    for entry, value, needle in (
+        ("file", "../../etc/passwd", "entry 'file' is invalid"),
+        ("agent_steps", -5, "entry 'agent_steps' is invalid"),
+        ("episode", {**card["episode"], "seed": "0"}, "entry 'episode/seed' is invalid"),
+    ):
+        (tmp_path / "x.json").write_text(_json.dumps({**card, entry: value}))
+        with pytest.raises(zoo.CardError, match=re.escape(needle)) as e:
+            zoo.cards(str(tmp_path))
+        assert "x.json" in str(e.value)
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(zoo.CardError, match="is not JSON"):
+        zoo.cards(str(tmp_path))
+
+
 # ------------------------------------------------------------------------------- updates
 @fault(
     "--lr inf, --lr nan, --target-lr inf",

@@ -488,6 +488,7 @@ class DQNTrainer:
         self._env = self._eval_env = None
         if hasattr(self, "logger"):
             self.logger.close()
+        self.folder.release()
 
 
 def run(spec: GameSpec, argv=None) -> dict:

@@ -94,7 +94,10 @@ class NormalizedInputModule(IntrinsicModule):
         return {"obs_rms": self.obs_rms.state_dict()}
 
     def load_normalizer_state(self, state: dict) -> None:
-        self.obs_rms.set_state_dict(state["obs_rms"])
+        try:
+            self.obs_rms.set_state_dict(state["obs_rms"])
+        except (ValueError, TypeError, KeyError) as e:
+            raise ValueError(f"entry 'intrinsic/obs_rms': {e}") from None
         self._norm_cache = None
 
 

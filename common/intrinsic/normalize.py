@@ -51,10 +51,22 @@ class RunningMeanStd:
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
 
     def set_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s values; a ``ValueError`` names what is impossible in them (a shape, a
+        NaN or inf, a negative variance, a count that is not positive)."""
         mean, var = np.asarray(state["mean"], np.float64), np.asarray(state["var"], np.float64)
-        if mean.shape != self.mean.shape:
-            raise ValueError(f"RunningMeanStd shape mismatch: checkpoint has {mean.shape}, expected {self.mean.shape}")
-        self.mean, self.var, self.count = mean, var, float(state["count"])
+        if mean.shape != self.mean.shape or var.shape != self.mean.shape:
+            raise ValueError(
+                f"RunningMeanStd shape mismatch: checkpoint has mean {mean.shape} and var {var.shape}, "
+                f"expected {self.mean.shape}"
+            )
+        if not (np.isfinite(mean).all() and np.isfinite(var).all()):
+            raise ValueError("mean/var hold a NaN or an infinity")
+        if (var < 0).any():
+            raise ValueError(f"var is negative ({float(var.min()):.3g}): a variance is >= 0")
+        count = state["count"]
+        if isinstance(count, bool) or not isinstance(count, (int, float)) or not (0 < count < float("inf")):
+            raise ValueError(f"count is {str(count)[:40]}: expected a positive finite number")
+        self.mean, self.var, self.count = mean, var, float(count)
 
 
 class RewardForwardFilter:
@@ -85,9 +97,14 @@ class RewardForwardFilter:
         rewems = np.asarray(state["rewems"], np.float64)
         if rewems.shape != self.rewems.shape:
             raise ValueError(
-                f"RewardForwardFilter has {rewems.shape[0]} envs in the checkpoint, this run has {self.rewems.shape[0]}"
+                f"RewardForwardFilter has shape {rewems.shape} in the checkpoint, this run {self.rewems.shape}"
             )
-        self.gamma, self.rewems = float(state["gamma"]), rewems
+        gamma = state["gamma"]
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma is {str(gamma)[:40]}: expected a discount in [0, 1]")
+        if not np.isfinite(rewems).all():
+            raise ValueError("rewems hold a NaN or an infinity")
+        self.gamma, self.rewems = float(gamma), rewems
 
 
 class FirstVisitGate:
@@ -193,5 +210,8 @@ class IntrinsicRewardScale:
         return {"int_filter": self.filter.state_dict(), "int_rms": self.rms.state_dict()}
 
     def set_state_dict(self, state: dict) -> None:
-        self.filter.set_state_dict(state["int_filter"])
-        self.rms.set_state_dict(state["int_rms"])
+        for key, part in (("int_filter", self.filter), ("int_rms", self.rms)):
+            try:
+                part.set_state_dict(state[key])
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"entry {key!r}: {e}") from None

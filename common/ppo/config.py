@@ -248,9 +248,35 @@ class TrainConfig(RunConfig):
         "num_threads",
     )
 
+    #: upper bounds of the flags whose size would exhaust memory or overflow a counter later
+    #: (the rollout's observations are checked against the machine's memory by the trainer)
+    BOUNDS = {
+        "num_processes": 4096,
+        "num_local_steps": 1_000_000,
+        "num_epochs": 10_000,
+        "num_global_steps": 10**13,
+        "max_actions": 10**7,
+        "max_eval_steps": 10**7,
+        "snd_max_pairs": 65_536,
+        "save_interval": 10**9,
+        "eval_interval": 10**9,
+        "video_interval": 10**9,
+        "histogram_interval": 10**9,
+        "embedding_interval": 10**9,
+        "picture_interval": 10**9,
+        "obs_norm_steps": 10**7,
+        "max_worker_restarts": 10**6,
+        "max_nan_updates": 10**6,
+        "num_threads": 1024,
+        "worker_timeout": 86_400.0,
+        "save_minutes": 10**6,
+    }
+
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
         super().validate()
+        for name, bound in self.BOUNDS.items():
+            need(getattr(self, name) <= bound, flag_name(name), getattr(self, name), f"at most {bound:,}")
         need(
             not self.recipe or self.recipe in self.RECIPES,
             "recipe",

@@ -170,6 +170,10 @@ def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
     try:
         state = load_checkpoint(checkpoint, required=required, game=spec.name)
         cfg = spec.config_cls.from_dict(state["config"])
+        try:  # the train script's own checks: a careless config (world 9, a negative max_actions) is named
+            cfg.validate()
+        except ValueError as e:
+            raise CheckpointError(f"{checkpoint}: its config: {e}") from None
         policy = spec.make_policy(cfg, *spec.spaces(cfg))
         check_compatible(state, spec.name, {"policy": policy.state_dict()}, checkpoint)
         load_weights(policy, state["policy"], "policy")

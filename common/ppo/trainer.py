@@ -33,7 +33,7 @@ from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.distributed import SilentLogger, World
 from common.run.errors import NonFiniteLossError, RunStoppedError, UsageError, stopped_by  # noqa: F401
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, physical_memory
 
 paddle = require_paddle()
 
@@ -121,6 +121,14 @@ class Trainer:
         self.int_scale = IntrinsicRewardScale(
             cfg.int_gamma, cfg.num_envs, first_visit=gated, clip_eta=cfg.int_eta if cfg.int_reward == "snd" else None
         )
+        need_bytes = (cfg.num_local_steps + 1) * cfg.num_envs * int(np.prod(self.obs_shape)) + 60 * cfg.rollout_size
+        have_bytes = physical_memory()
+        if have_bytes and need_bytes > 0.8 * have_bytes:  # refused before the buffer is allocated
+            raise UsageError(
+                f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes} is invalid here: "
+                f"the rollout needs {need_bytes / 2**30:.1f} GB, at most 80 % of this machine's "
+                f"{have_bytes / 2**30:.1f} GB of memory"
+            )
         if cfg.first_visit_key == "state" and not spec.state_keys:
             raise UsageError(f"--first-visit-key state is invalid for {spec.name}: its envs report no state keys")
         self.buffer = RolloutBuffer(
@@ -215,6 +223,7 @@ class Trainer:
             self.set_learned_state(state)
             self.int_scale.set_state_dict(state)
             self.rng.bit_generator.state = state["rng"]
+            RunLog.check_visited(state.get("visited", ()), state.get("visit_counts"))
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
@@ -518,6 +527,7 @@ class Trainer:
         self.actor.close()
         if hasattr(self, "logger"):
             self.logger.close()
+        self.folder.release()
 
 
 def run(spec: GameSpec, argv=None) -> dict:

@@ -188,10 +188,21 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # a config read back from a file may hold anything
+            want, v = hints.get(f.name), getattr(self, f.name)
+            ok = {
+                int: type(v) is int,
+                float: type(v) in (int, float),
+                bool: type(v) is bool,
+                str: type(v) is str,
+            }.get(want, True)
+            need(ok, flag_name(f.name), v if type(v) in (int, float, bool) else str(v)[:40], f"a {want.__name__}")
         need(
             type(self.seed) is int and 0 <= self.seed <= MAX_SEED, "seed", self.seed, f"an integer from 0 to {MAX_SEED}"
         )
         need(plain_name(self.run_name), "run-name", self.run_name, PLAIN_NAME)
+        need(self.log_path != "", "log-path", self.log_path, "a folder (empty is no folder; '.' is this one)")
         for f in dataclasses.fields(self):  # inf passes every range check (and NaN fails them all)
             v = getattr(self, f.name)
             if isinstance(v, float):

@@ -232,6 +232,29 @@ class RunLog:
         """The checkpoint's part: ``{"visited": {place: first update}, "visit_counts": {place: episodes}}``."""
         return {"visited": dict(self.visited), "visit_counts": dict(self.visit_counts)}
 
+    @staticmethod
+    def check_visited(visited=(), visit_counts=None) -> None:
+        """Raise ``ValueError`` naming the entry unless ``visited`` is a dict {place: first update (an int
+        >= 0) or None} or a list of places, and ``visit_counts`` a dict {place: episodes, an int >= 0};
+        a place is an int or a string."""
+
+        def place(p) -> bool:
+            return (type(p) is int and 0 <= p < 2**31) or (type(p) is str and len(p) <= 200)
+
+        if isinstance(visited, dict):
+            bad = [p for p, u in visited.items() if not place(p) or not (u is None or (type(u) is int and u >= 0))]
+        elif isinstance(visited, (list, tuple)):
+            bad = [p for p in visited if not place(p)]
+        else:
+            raise ValueError(f"entry 'visited' is a {type(visited).__name__}: expected a dict or a list of places")
+        if bad:
+            raise ValueError(f"entry 'visited' holds {str(bad[0])[:40]!r}: expected places (ints or names)")
+        counts = visit_counts or {}
+        if not isinstance(counts, dict) or any(
+            not place(p) or not (type(n) is int and n >= 0) for p, n in counts.items()
+        ):
+            raise ValueError("entry 'visit_counts': expected a dict {place: episodes >= 0}")
+
     def load_visited(self, visited=(), visit_counts=None) -> None:
         """Restore ``visited_state``; a checkpoint from before first visits were kept holds a list of
         places: their first update is unknown (None) and their counts start at 0."""
@@ -419,6 +442,15 @@ def read_metrics(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
                 )
                 break
             raise ValueError(f"{path}, line {n}: not a JSON record ({e})") from None
+        ok = (
+            isinstance(rec, dict)
+            and isinstance(rec.get("tag"), str)
+            and type(rec.get("step")) is int
+            and type(rec.get("value")) in (int, float)
+        )
+        if not ok:
+            want = "{'tag': str, 'step': int, 'value': number}"
+            raise ValueError(f"{path}, line {n}: expected {want}, got {line[:60]!r}")
         s, v = out.setdefault(rec["tag"], ([], []))
         s.append(rec["step"])
         v.append(rec["value"])

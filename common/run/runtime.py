@@ -28,16 +28,42 @@ def code_commit() -> str:
         return "unknown"
 
 
+def physical_memory() -> int:
+    """Bytes of this machine's memory (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def holds_run(folder: str) -> bool:
     """Whether ``folder`` holds a run (its config.json or metrics.jsonl)."""
     return any(os.path.exists(os.path.join(folder, f)) for f in ("config.json", "metrics.jsonl"))
 
 
+#: in a --saved-path folder: the run folder whose checkpoints it holds (so that a resume finds its own run)
+OWNER_FILE = ".run_folder"
+
+
 def own_run_folder(checkpoint: str) -> str | None:
-    """The run folder a checkpoint was saved in (``<run>/models/<file>``, next to the run's config.json), or None."""
+    """The run folder a checkpoint was saved in, or None: ``<run>/models/<file>`` next to the run's
+    config.json, or the folder a ``--saved-path`` folder names in its ``.run_folder``."""
     models = os.path.dirname(os.path.abspath(checkpoint))
     run_dir = os.path.dirname(models)
-    return run_dir if os.path.basename(models) == "models" and holds_run(run_dir) else None
+    if os.path.basename(models) == "models" and holds_run(run_dir):
+        return run_dir
+    try:
+        with open(os.path.join(models, OWNER_FILE), encoding="utf-8") as f:
+            named = f.read(4096).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return named if os.path.isabs(named) and holds_run(named) else None
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path``, symlinks followed, lies inside ``folder`` (symlinks followed too)."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root + os.sep)
 
 
 class RunFolder:
@@ -57,20 +83,39 @@ class RunFolder:
         check_writable(os.path.dirname(self.run_dir) or ".", "--log-path")
         if cfg.saved_path:
             check_writable(cfg.saved_path, "--saved-path")
-        if holds_run(self.run_dir):
-            theirs = own_run_folder(cfg.resume) if cfg.resume else None
-            if theirs is None or os.path.realpath(theirs) != os.path.realpath(self.run_dir):
+        theirs = own_run_folder(cfg.resume) if cfg.resume else None
+        resuming_here = theirs is not None and os.path.realpath(theirs) == os.path.realpath(self.run_dir)
+        if holds_run(self.run_dir) and not resuming_here:
+            raise UsageError(
+                f"run folder {self.run_dir} already holds a run: a new run never writes into it. Choose another "
+                "--run-name, or continue that run with --resume <one of its checkpoints>"
+                + (f" (--resume {cfg.resume!r} belongs to another run folder)" if cfg.resume else "")
+            )
+        if cfg.saved_path and not resuming_here:  # another run's checkpoints: never written over
+            owner = own_run_folder(os.path.join(cfg.saved_path, "x.pdparams"))
+            if owner is not None or glob.glob(os.path.join(glob.escape(cfg.saved_path), "*.pdparams")):
                 raise UsageError(
-                    f"run folder {self.run_dir} already holds a run: a new run never writes into it. Choose another "
-                    "--run-name, or continue that run with --resume <one of its checkpoints>"
-                    + (f" (--resume {cfg.resume!r} belongs to another run folder)" if cfg.resume else "")
+                    f"--saved-path {cfg.saved_path!r} is invalid: it holds another run's checkpoints"
+                    + (f" (of {owner})" if owner else "")
+                    + "; a new run writes into an empty or new folder"
                 )
+        if not cfg.saved_path and os.path.lexists(self.saved_path) and not inside(self.saved_path, self.run_dir):
+            raise UsageError(  # e.g. <run>/models is a symlink into another run: never followed
+                f"run folder {self.run_dir}: its models/ leads out of it ({os.path.realpath(self.saved_path)}); "
+                "checkpoints are written only inside a run's own folder"
+            )
+        self._lock = None
 
     def create(self, cfg: RunConfig) -> None:
         """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
         here) and write the run's full config as ``run_dir/config.json``."""
         make_folder(self.saved_path, *self._saved_flag)
         make_folder(self.run_dir, *self._log_flag)
+        self._take_lock()
+        if self.saved_path != os.path.join(self.run_dir, "models"):  # a resume from there finds this run
+            with contextlib.suppress(OSError):
+                with open(os.path.join(self.saved_path, OWNER_FILE), "w", encoding="utf-8") as f:
+                    f.write(os.path.abspath(self.run_dir) + "\n")
         for stale in glob.glob(os.path.join(glob.escape(self.saved_path), ".tmp_*")):
             with contextlib.suppress(OSError):
                 os.remove(stale)
@@ -78,6 +123,33 @@ class RunFolder:
             cfg.to_json(os.path.join(self.run_dir, "config.json"))
         except OSError as e:
             raise UnusablePathError(f"--log-path {cfg.log_path!r}: cannot write config.json: {e.strerror}") from None
+
+    def _take_lock(self) -> None:
+        """Hold ``run_dir/.lock`` for this process's life: a second run started in the same folder at the
+        same time is refused instead of sharing it (the kernel drops the lock when the process ends)."""
+        import fcntl
+
+        path = os.path.join(self.run_dir, ".lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise UsageError(
+                f"run folder {self.run_dir} is in use by another run right now: choose another --run-name"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock = fd
+
+    def release(self) -> None:
+        """Let go of the folder's lock (the run is over; also when this object is collected)."""
+        if getattr(self, "_lock", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock)
+            self._lock = None
+
+    __del__ = release
 
     def save(self, name: str, state: dict) -> str:
         """Write checkpoint ``saved_path/name`` atomically (``common.run.checkpoint``); an OSError names the flag
