@@ -50,7 +50,7 @@ import paddle.nn.functional as F  # noqa: E402
 from paddle.distribution import Categorical  # noqa: E402
 from paddle.nn import Conv2D, Layer, Linear, ReLU  # noqa: E402
 
-from mario.env import _actions, _JoypadSpace, _smb  # noqa: E402  (gym-super-mario-bros, muted import)
+from mario.env import _actions, make_stage  # noqa: E402  (gym-super-mario-bros, muted import; both stacks)
 
 
 # ----------------------------------------------------------------------------- game_env.py
@@ -117,8 +117,7 @@ ACTIONS = {"right": _actions.RIGHT_ONLY, "simple": _actions.SIMPLE_MOVEMENT, "co
 
 
 def create_train_env(world, stage, actions):
-    env = _smb.SuperMarioBrosEnv(rom_mode="vanilla", target=(world, stage))
-    env = _JoypadSpace(env, actions)
+    _, env = make_stage(world, stage, actions)  # the JoypadSpace, seen through gym 0.26's 4-tuple API
     return CustomSkipFrame(CustomReward(env))
 
 

@@ -43,6 +43,7 @@ every end alike, the clock's included (``common/ppo/buffer.py``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import sys
 
@@ -61,13 +62,16 @@ INFO_KEYS = ("coins", "flag_get", "life", "score", "stage", "status", "time", "w
 def _import_mario():
     """Import gym-super-mario-bros / nes-py, muting gym 0.26's import-time notice.
 
-    ``import gym`` prints a multi-line "Gym has been unmaintained" notice to stderr
-    (via gym_notices); every env worker would print it. Only that first import's
-    printed text is swallowed; exceptions still propagate.
+    Two stacks are supported: gym 0.26 with nes-py 8 and gym-super-mario-bros 7 (Python 3.10-3.12,
+    numpy 1: AI Studio's), and gymnasium with nes-py 9 and gym-super-mario-bros 9 (Python 3.13,
+    numpy 2), which has no gym. On the first, ``import gym`` prints a multi-line "Gym has been
+    unmaintained" notice to stderr (via gym_notices); every env worker would print it. Only that
+    first import's printed text is swallowed; exceptions still propagate.
     """
     if "gym" not in sys.modules:
         with contextlib.redirect_stderr(io.StringIO()):
-            import gym  # noqa: F401
+            with contextlib.suppress(ImportError):  # the gymnasium stack has no gym
+                import gym  # noqa: F401
     import gym_super_mario_bros
     from gym_super_mario_bros import actions
     from nes_py.wrappers import JoypadSpace
@@ -76,6 +80,64 @@ def _import_mario():
 
 
 _smb, _actions, _JoypadSpace = _import_mario()
+
+
+class _ClassicSteps:
+    """A JoypadSpace seen through the 4-tuple API on both stacks: ``step(a) -> (frame, reward, done, info)``,
+    ``reset() -> frame``; the info holds ``INFO_KEYS`` only, the fields both stacks report.
+
+    On the gymnasium stack (gym-super-mario-bros 9) ``done`` is ``terminated or truncated`` (a single
+    stage never truncates without a TimeLimit), and the reward is gym-super-mario-bros 7's, rebuilt
+    from the frame's info: the x_pos change (0 when it jumps by more than 5: a warp or a reset), the
+    clock's change (never positive), -25 while Mario dies, clipped to [-15, 15]. Version 9 pays new
+    best positions, score, coins, power-ups and the flag instead, which would change the tutorial's
+    reward (tests/test_mario_stack.py replays a recorded sequence on both stacks)."""
+
+    def __init__(self, joypad):
+        self.inner = joypad
+        self._last = None  # (x_pos, time) of the previous frame, on the gymnasium stack
+
+    def _classic_reward(self, info) -> float:
+        x, clock = info["x_pos"], info["time"]
+        last_x, last_clock = self._last if self._last is not None else (x, clock)
+        self._last = (x, clock)
+        dx = x - last_x
+        reward = (dx if -5 <= dx <= 5 else 0) + min(clock - last_clock, 0)
+        if info.get("is_dying") or info.get("is_dead"):
+            reward -= 25
+        return float(max(-15, min(15, reward)))
+
+    def step(self, action):
+        out = self.inner.step(action)
+        if len(out) == 5:
+            frame, _, terminated, truncated, info = out
+            done, reward = terminated or truncated, self._classic_reward(info)
+        else:
+            frame, reward, done, info = out
+        return frame, reward, done, {k: info[k] for k in INFO_KEYS if k in info}
+
+    def reset(self):
+        out = self.inner.reset()
+        if isinstance(out, tuple):  # gymnasium: (frame, info)
+            frame, info = out
+            self._last = (info["x_pos"], info["time"])
+            return frame
+        return out
+
+    def close(self):
+        return self.inner.close()
+
+
+def make_stage(world: int, stage: int, actions):
+    """``(raw env, joypad)`` for one stage, on either stack: ``SuperMarioBrosEnv`` of the stage with
+    ``rom_mode="vanilla"`` where the package has that argument (gym-super-mario-bros 7; 9 plays the
+    vanilla ROM by default), behind nes-py's ``JoypadSpace`` seen as ``_ClassicSteps``."""
+    try:
+        raw = _smb.SuperMarioBrosEnv(rom_mode="vanilla", target=(world, stage))
+    except TypeError:
+        raw = _smb.SuperMarioBrosEnv(target=(world, stage))
+    return raw, _ClassicSteps(_JoypadSpace(raw, actions))
+
 
 # name -> list of button combinations (the tutorial's three choices)
 ACTION_SETS: dict[str, list] = {
@@ -112,17 +174,19 @@ def bgrx_view(screen: np.ndarray) -> np.ndarray | None:
     same gray values as ``process_frame`` (same channels, same weights; tests/test_mario_env.py),
     without the copy that makes the strided view contiguous (half a millisecond per frame, a tenth
     of an agent step). None where the layout is another (a big-endian machine, another nes-py)."""
+    h, w = screen.shape[:2]
+    if screen.dtype != np.uint8 or screen.strides != (w * 4, 4, -1) or sys.byteorder != "little":
+        return None
     base = screen.base
-    if (
-        isinstance(base, np.ndarray)
-        and base.dtype == np.uint8
-        and base.flags["C_CONTIGUOUS"]
-        and base.size == screen.shape[0] * screen.shape[1] * 4
-        and screen.strides == (screen.shape[1] * 4, 4, -1)
-        and sys.byteorder == "little"
-    ):
-        return base.reshape(screen.shape[0], screen.shape[1], 4)
-    return None
+    if isinstance(base, np.ndarray):  # nes-py 8: the view's base is the BGRx array itself
+        if base.dtype == np.uint8 and base.flags["C_CONTIGUOUS"] and base.size == h * w * 4:
+            return base.reshape(h, w, 4)
+        return None
+    # nes-py 9: the view lies over the emulator's own memory; the same layout, so its BGRx pixels start 2
+    # bytes before the view's first (R = byte 2 of a pixel). The array lives as long as the env holds
+    # the emulator (MarioEnv keeps it).
+    start = screen.__array_interface__["data"][0] - 2
+    return np.frombuffer((ctypes.c_uint8 * (h * w * 4)).from_address(start), np.uint8).reshape(h, w, 4)
 
 
 def _plain(v):
@@ -162,8 +226,7 @@ class MarioEnv(GameEnv):
         self.actions = ACTION_SETS[action_type]
         self.num_actions = len(self.actions)
         super().__init__(record_path, fps=RECORD_FPS)
-        raw = _smb.SuperMarioBrosEnv(rom_mode="vanilla", target=(self.world, self.stage))
-        self.env = _JoypadSpace(raw, self.actions)
+        raw, self.env = make_stage(self.world, self.stage, self.actions)
         self.unwrapped = raw
         self.states = np.zeros(self.observation_shape, dtype=np.uint8)
         self.curr_score = 0

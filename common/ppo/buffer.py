@@ -42,6 +42,11 @@ def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray | None, gamma
     return adv
 
 
+def rollout_bytes(num_steps: int, num_envs: int, obs_shape) -> int:
+    """Bytes a ``RolloutBuffer`` of that size holds: the uint8 observations and its ~15 per-step arrays."""
+    return (num_steps + 1) * num_envs * int(np.prod(obs_shape)) + 60 * num_steps * num_envs
+
+
 class RolloutBuffer:
     """One rollout of ``num_steps`` x ``num_envs`` transitions.
 

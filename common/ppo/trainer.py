@@ -1,18 +1,16 @@
 """The one training loop, shared by every game.
 
     collect (T steps x N envs, uint8 obs)                           Actor + Pipeline
-      -> intrinsic rewards for s_{t+1}, scaled by the std of their discounted return
-         (--int-reward snd: for s_t, clip(eta x error, 0, 1))         IntrinsicRewardScale
+      -> intrinsic rewards (of s_{t+1}, RND's; of s_t, --int-reward snd) IntrinsicStage
       -> GAE per stream, A = ext_coef * A_ext + int_coef * A_int      RolloutBuffer
       -> PPO epochs x minibatches (+ the intrinsic module's step)     PPO, IntrinsicModule
       -> log -> greedy eval every ``eval_interval`` -> checkpoint every ``save_interval``
 
 What differs between games comes from the ``GameSpec``. An update is all or nothing: if
 a loss or a weight goes non-finite it is rolled back (and counted); an error anywhere
-saves the state of the last completed update and names the file. Ctrl-C / SIGTERM
-stop at the next collection step or minibatch: the update under way is dropped (rolled back,
-as a failed one) and the state of the last completed update is saved, then the workers close;
-a second Ctrl-C aborts at once.
+saves the state of the last completed update and names the file. Ctrl-C / SIGTERM stop at the
+next collection step or minibatch: the update under way is dropped (rolled back, as a failed one),
+the last completed update is saved, the workers close; a second Ctrl-C aborts at once.
 
 Started by ``paddle.distributed.launch``, each rank runs this loop as one data-parallel
 replica (``common.run.distributed``: gradients averaged, reward statistics pooled, the same
@@ -33,7 +31,7 @@ from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.distributed import SilentLogger, World
 from common.run.errors import NonFiniteLossError, RunStoppedError, UsageError, stopped_by  # noqa: F401
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, physical_memory
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits
 
 paddle = require_paddle()
 
@@ -41,10 +39,10 @@ from common import cpu  # noqa: E402
 from common.envs.factory import vec_env_for_run  # noqa: E402
 from common.envs.pipeline import Pipeline  # noqa: E402
 from common.intrinsic import intrinsic_for_run  # noqa: E402
-from common.intrinsic.normalize import IntrinsicRewardScale  # noqa: E402
 from common.ppo.actor import Actor  # noqa: E402
-from common.ppo.buffer import RolloutBuffer  # noqa: E402
+from common.ppo.buffer import RolloutBuffer, rollout_bytes  # noqa: E402
 from common.ppo.evaluation import Evaluations  # noqa: E402
+from common.ppo.stage import IntrinsicStage  # noqa: E402
 from common.ppo.update import PPO  # noqa: E402
 from common.run import logger as tags  # noqa: E402
 from common.run.checkpoint import (  # noqa: E402
@@ -104,31 +102,16 @@ class Trainer:
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         self.policy = spec.make_policy(cfg, self.obs_shape, self.num_actions)
-        self.ppo = PPO(
-            self.policy,
-            lr=cfg.lr,
-            epsilon=cfg.epsilon,
-            beta=cfg.beta,
-            vf_coef=cfg.vf_coef,
-            max_grad_norm=cfg.max_grad_norm,
-            value_loss=cfg.value_loss,
-            norm_adv=cfg.norm_adv,
-        )
+        self.ppo = PPO.from_config(self.policy, cfg)
         engine = cpu.collection_engine(self.policy, self.obs_shape, cfg.inference, cfg.num_envs)
         self.actor = Actor(self.policy, engine)
         self.intrinsic = self._new_intrinsic()
-        gated = (cfg.int_first_visit and cfg.intrinsic != "none") or self.intrinsic.first_visit_gate
-        self.int_scale = IntrinsicRewardScale(
-            cfg.int_gamma, cfg.num_envs, first_visit=gated, clip_eta=cfg.int_eta if cfg.int_reward == "snd" else None
+        self.stage = IntrinsicStage(self.intrinsic, cfg, cfg.num_envs)
+        self.int_scale = self.stage.scale
+        check_fits(  # refused before the buffer is allocated
+            rollout_bytes(cfg.num_local_steps, cfg.num_envs, self.obs_shape),
+            f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes}",
         )
-        need_bytes = (cfg.num_local_steps + 1) * cfg.num_envs * int(np.prod(self.obs_shape)) + 60 * cfg.rollout_size
-        have_bytes = physical_memory()
-        if have_bytes and need_bytes > 0.8 * have_bytes:  # refused before the buffer is allocated
-            raise UsageError(
-                f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes} is invalid here: "
-                f"the rollout needs {need_bytes / 2**30:.1f} GB, at most 80 % of this machine's "
-                f"{have_bytes / 2**30:.1f} GB of memory"
-            )
         if cfg.first_visit_key == "state" and not spec.state_keys:
             raise UsageError(f"--first-visit-key state is invalid for {spec.name}: its envs report no state keys")
         self.buffer = RolloutBuffer(
@@ -244,8 +227,7 @@ class Trainer:
         return self.last_checkpoint
 
     def math_threads(self):
-        """While open, the networks' convolutions use ``self.threads`` threads (``common.cpu.threads``);
-        during collection they share the cores with the env workers (pipelined)."""
+        """While open, the networks use ``self.threads`` threads (``common.cpu.threads``)."""
         return cpu.threads(self.threads)
 
     # ------------------------------------------------------------------ phases
@@ -288,22 +270,8 @@ class Trainer:
         return obs, episodes
 
     def intrinsic_rewards(self) -> np.ndarray:
-        """Raw novelty of every transition [T, N], and the scaled rewards stored in the buffer.
-
-        The RND paper pays each step for the novelty of the state it led to, s_{t+1}; the SND
-        authors' code (``--int-reward snd``) for the novelty of the state it was taken in, s_t."""
-        buf = self.buffer
-        T, N = buf.num_steps, buf.num_envs
-        nxt = buf.next_obs_for_reward()
-        if self.cfg.int_reward == "snd":  # as their code: the running mean sees s_t before s_t is scored
-            states = buf.obs[:-1].reshape(T * N, *self.obs_shape)
-            self.intrinsic.observe(states)
-            raw = self.intrinsic.reward(states).reshape(T, N)
-        else:
-            raw = self.intrinsic.rollout_reward(buf.obs, nxt, buf.actions, buf.dones)
-            self.intrinsic.observe(nxt.reshape(T * N, *self.obs_shape))
-        buf.store_intrinsic_rewards(self.int_scale.scale(raw, *buf.visit_frames(nxt)))
-        return raw
+        """Raw novelty of every transition [T, N]; the rewards paid for it go into the buffer (``IntrinsicStage``)."""
+        return self.stage.pay(self.buffer)
 
     def learn(self) -> dict | None:
         """PPO epochs over the buffer; returns mean losses, or None at the first non-finite loss.
@@ -457,15 +425,9 @@ class Trainer:
         last_ext, last_int = self.actor.values(obs)
         with self.math_threads():
             raw_int = self.intrinsic_rewards()
+        episodic = cfg.int_episodic or cfg.int_reward == "snd"  # the SND authors' convention cuts it too
         self.buffer.compute_returns_and_advantages(
-            last_ext,
-            last_int,
-            cfg.gamma,
-            cfg.tau,
-            cfg.int_gamma,
-            cfg.ext_coef,
-            cfg.int_coef,
-            int_episodic=cfg.int_episodic or cfg.int_reward == "snd",
+            last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef, episodic
         )
         t1 = time.perf_counter()
         try:

@@ -61,6 +61,12 @@ class PPO:
         self.grad_sync = NO_SYNC  # gradient averaging over data-parallel ranks (common.run.distributed)
         self.reset_optimizer()
 
+    @classmethod
+    def from_config(cls, policy: nn.Layer, cfg) -> PPO:
+        """The update rule with a run's settings (``cfg``: a ``TrainConfig``)."""
+        keys = ("lr", "epsilon", "beta", "vf_coef", "max_grad_norm", "value_loss", "norm_adv")
+        return cls(policy, **{k: getattr(cfg, k) for k in keys})
+
     def reset_optimizer(self) -> None:
         """A fresh Adam (no moments): the optimizer as it was before the first step."""
         self.optimizer = adam(self.policy.parameters(), self.lr, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))

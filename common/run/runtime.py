@@ -36,6 +36,16 @@ def physical_memory() -> int:
         return 0
 
 
+def check_fits(nbytes: int, flags: str, share: float = 0.8) -> None:
+    """``UsageError`` naming ``flags`` when ``nbytes`` is more than ``share`` of this machine's memory."""
+    have = physical_memory()
+    if have and nbytes > share * have:
+        raise UsageError(
+            f"{flags} is invalid here: it needs {nbytes / 2**30:.1f} GB, at most {share:.0%} of this machine's "
+            f"{have / 2**30:.1f} GB of memory"
+        )
+
+
 def holds_run(folder: str) -> bool:
     """Whether ``folder`` holds a run (its config.json or metrics.jsonl)."""
     return any(os.path.exists(os.path.join(folder, f)) for f in ("config.json", "metrics.jsonl"))
