@@ -108,10 +108,8 @@ class Trainer:
         self.intrinsic = self._new_intrinsic()
         self.stage = IntrinsicStage(self.intrinsic, cfg, cfg.num_envs)
         self.int_scale = self.stage.scale
-        check_fits(  # refused before the buffer is allocated
-            rollout_bytes(cfg.num_local_steps, cfg.num_envs, self.obs_shape),
-            f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes}",
-        )
+        flags = f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes}"
+        check_fits(rollout_bytes(cfg.num_local_steps, cfg.num_envs, self.obs_shape), flags, "the rollout")
         if cfg.first_visit_key == "state" and not spec.state_keys:
             raise UsageError(f"--first-visit-key state is invalid for {spec.name}: its envs report no state keys")
         self.buffer = RolloutBuffer(

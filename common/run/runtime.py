@@ -36,13 +36,13 @@ def physical_memory() -> int:
         return 0
 
 
-def check_fits(nbytes: int, flags: str, share: float = 0.8) -> None:
-    """``UsageError`` naming ``flags`` when ``nbytes`` is more than ``share`` of this machine's memory."""
+def check_fits(nbytes: int, flags: str, what: str, share: float = 0.8) -> None:
+    """``UsageError`` naming ``flags`` when ``what`` (``nbytes``) needs more than ``share`` of this machine's memory."""
     have = physical_memory()
     if have and nbytes > share * have:
         raise UsageError(
-            f"{flags} is invalid here: it needs {nbytes / 2**30:.1f} GB, at most {share:.0%} of this machine's "
-            f"{have / 2**30:.1f} GB of memory"
+            f"{flags} is invalid here: {what} needs {nbytes / 2**30:.1f} GB, at most {share:.0%} of this "
+            f"machine's {have / 2**30:.1f} GB of memory"
         )
 
 
