@@ -494,3 +494,55 @@ def suite_main(suite, argv=None) -> int:
             print("failed:", ", ".join(failed), file=sys.stderr)
     print("report:", suite.write_report(args.results, args.docs))
     return 0
+
+
+# ---------------------------------------------------------------------------------- a suite's parts
+def planned_runs(plan, out, results, lanes_at_once, extra, *, run_name, command, summarize, prefix, **kw) -> list:
+    """A suite's plan of keys (``(method, seed)``, ``(level, method, seed)``, ...) as ``PlannedRun``s:
+    ``run_name(*key)``, ``command(*key, out, resume, threads, extra)``, ``summarize(out, *key, status)``,
+    ``prefix(*key)`` (or one prefix for all); one thread per run when two run at once."""
+    threads = 1 if lanes_at_once > 1 else 0
+
+    def one(key):
+        return PlannedRun(
+            name=run_name(*key),
+            argv=lambda resume: command(*key, out, resume, threads, extra),
+            prefix=prefix(*key) if callable(prefix) else prefix,
+            summarize=lambda out_, status: summarize(out_, *key, status),
+            summary_path=os.path.join(results, run_name(*key) + ".json"),
+            **kw,
+        )
+
+    return [one(tuple(key)) for key in plan]
+
+
+def load_summary_files(results, pattern, order) -> list:
+    """The summaries ``results/<pattern>`` (a glob), sorted by ``order(summary)``."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(results, pattern))):
+        with open(path, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return sorted(out, key=order)
+
+
+def parse_method_seeds(text, methods) -> tuple:
+    """``--runs`` as ``METHOD:SEED,...`` -> ((method, seed), ...); ``SystemExit`` naming a bad item."""
+    out = []
+    for item in text.split(","):
+        method, _, seed = item.partition(":")
+        if method not in methods or not seed.isdigit():
+            raise SystemExit(
+                f"--runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(methods)}"
+            )
+        out.append((method, int(seed)))
+    return tuple(out)
+
+
+def write_suite_report(docs, page, picture, alt, summaries, markdown, plot, start, end) -> str:
+    """A suite's report: ``markdown(summaries)`` (and, with summaries, ``plot(summaries, docs/picture)``
+    shown above it) between the markers ``start`` and ``end`` of ``docs/page``; returns the page's path."""
+    block = markdown(summaries)
+    if summaries:
+        plot(summaries, os.path.join(docs, picture))
+        block = f"![{alt}]({picture})\n\n" + block
+    return replace_block(os.path.join(docs, page), start, end, block)

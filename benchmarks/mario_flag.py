@@ -28,9 +28,7 @@ are skipped. ``--report-only`` rebuilds the results block of ``docs/mario_learni
 
 from __future__ import annotations
 
-import functools
 import glob
-import json
 import os
 import sys
 import time
@@ -161,38 +159,23 @@ def summary_path(results, level, method, seed):
 
 
 def load_summaries(results) -> list:
-    out = []
-    for path in sorted(glob.glob(os.path.join(results, "mario*_seed*.json"))):
-        with open(path, encoding="utf-8") as f:
-            out.append(json.load(f))
-    return sorted(out, key=lambda s: (s["level"], s["method"] != "rnd", s["seed"]))
+    return lanes.load_summary_files(
+        results, "mario*_seed*.json", lambda s: (s["level"], s["method"] != "rnd", s["seed"])
+    )
 
 
 # ---------------------------------------------------------------------------------- running
+def status_at_end(returncode, run_dir) -> str:
+    """How a run that exited 0 ended: "flag" when it saved its level's solved checkpoint, else "budget"."""
+    return "flag" if glob.glob(os.path.join(run_dir, "models", "mario_[1-8]_[1-4].pdparams")) else "budget"
+
+
 def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
     """The plan as ``lanes.PlannedRun``s (one thread each when two run at once)."""
-    threads = 1 if lanes_at_once > 1 else 0
-
-    def at_end(level, returncode, run_dir):
-        solved = os.path.exists(os.path.join(run_dir, "models", checkpoint_prefix(level) + ".pdparams"))
-        return "flag" if solved else "budget"
-
-    return [
-        lanes.PlannedRun(
-            name=run_name(level, method, seed),
-            argv=functools.partial(
-                lambda lv, m, s, resume: command(lv, m, s, out, resume, threads, extra), level, method, seed
-            ),
-            prefix=checkpoint_prefix(level),
-            summarize=functools.partial(
-                lambda lv, m, s, out_, status: summarize_run(out_, lv, m, s, status), level, method, seed
-            ),
-            summary_path=summary_path(results, level, method, seed),
-            status_at_end=functools.partial(at_end, level),
-            finished=FINISHED,
-        )
-        for level, method, seed in plan
-    ]
+    return lanes.planned_runs(
+        plan, out, results, lanes_at_once, extra, run_name=run_name, command=command, summarize=summarize_run,
+        prefix=lambda level, method, seed: checkpoint_prefix(level), status_at_end=status_at_end, finished=FINISHED,
+    )  # fmt: skip
 
 
 def summary_name(summary) -> str:
@@ -300,12 +283,11 @@ def plot(summaries, path):
 
 
 def write_report(results, docs):
+    alt = "greedy x_pos, training x_pos and flag rate"
     summaries = load_summaries(results)
-    block = markdown(summaries)
-    if summaries:
-        plot(summaries, os.path.join(docs, "mario_learning.png"))
-        block = "![greedy x_pos, training x_pos and flag rate](mario_learning.png)\n\n" + block
-    return lanes.replace_block(os.path.join(docs, "mario_learning.md"), START, END, block)
+    return lanes.write_suite_report(
+        docs, "mario_learning.md", "mario_learning.png", alt, summaries, markdown, plot, START, END
+    )
 
 
 def parse_runs(text):

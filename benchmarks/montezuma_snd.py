@@ -25,9 +25,6 @@ summaries alone.
 
 from __future__ import annotations
 
-import functools
-import glob
-import json
 import os
 import sys
 import time
@@ -171,26 +168,23 @@ def summary_path(results, method, seed):
 
 
 def load_summaries(results) -> list:
-    out = []
-    for path in sorted(glob.glob(os.path.join(results, "montezuma_*_seed*.json"))):
-        with open(path, encoding="utf-8") as f:
-            out.append(json.load(f))
-    return sorted(out, key=lambda s: (list(METHODS).index(s["method"]), s["seed"]))
+    order = list(METHODS)
+    return lanes.load_summary_files(results, "montezuma_*_seed*.json", lambda s: (order.index(s["method"]), s["seed"]))
 
 
 def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
-    """The plan as ``lanes.PlannedRun``s (one thread each when two run at once)."""
-    threads = 1 if lanes_at_once > 1 else 0
-    return [
-        lanes.PlannedRun(
-            name=run_name(method, seed),
-            argv=functools.partial(lambda m, s, resume: command(m, s, out, resume, threads, extra), method, seed),
-            prefix=PREFIX,
-            summarize=functools.partial(lambda m, s, out_, status: summarize_run(out_, m, s, status), method, seed),
-            summary_path=summary_path(results, method, seed),
-        )
-        for method, seed in plan
-    ]
+    """The plan as ``lanes.PlannedRun``s."""
+    return lanes.planned_runs(
+        plan,
+        out,
+        results,
+        lanes_at_once,
+        extra,
+        run_name=run_name,
+        command=command,
+        summarize=summarize_run,
+        prefix=PREFIX,
+    )
 
 
 def summary_name(summary) -> str:
@@ -278,23 +272,12 @@ def plot(summaries, path):
 
 def write_report(results, docs):
     summaries = load_summaries(results)
-    block = markdown(summaries)
-    if summaries:
-        plot(summaries, os.path.join(docs, "montezuma.png"))
-        block = "![events, score and second-room share per episode](montezuma.png)\n\n" + block
-    return lanes.replace_block(os.path.join(docs, "montezuma.md"), START, END, block)
+    alt = "events, score and second-room share per episode"
+    return lanes.write_suite_report(docs, "montezuma.md", "montezuma.png", alt, summaries, markdown, plot, START, END)
 
 
 def parse_runs(text):
-    out = []
-    for item in text.split(","):
-        method, _, seed = item.partition(":")
-        if method not in METHODS or not seed.isdigit():
-            raise SystemExit(
-                f"--runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(METHODS)}"
-            )
-        out.append((method, int(seed)))
-    return tuple(out)
+    return lanes.parse_method_seeds(text, METHODS)
 
 
 def main(argv=None):
