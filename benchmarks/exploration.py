@@ -592,62 +592,6 @@ def markdown(summaries, plan) -> str:
     return "\n".join(lines)
 
 
-README_START, README_END = "<!-- readme-exploration:start -->", "<!-- readme-exploration:end -->"
-#: the README's table: the main methods, and the words of each README
-README_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b")
-README_WORDS = {
-    "README.md": (
-        "task (frames)",
-        "not run yet",
-        "mean success at budget (seeds at 0.5 or more / seeds); -: not in the suite's plan",
-    ),
-    "README_cn.md": (
-        "任务（帧数）",
-        "尚未运行",
-        "预算末的平均成功率（成功率达到 0.5 的种子数 / 种子数）；-：不在计划之内",
-    ),
-}
-
-
-def readme_table(summaries, plan, words) -> str:
-    """The README's summary: one row per task, one column per main method (mean success, k/n seeds)."""
-    task_word, missing, legend = words
-    tasks = list(dict.fromkeys(t for t, _, _ in plan))
-    lines = [
-        README_START,
-        f"| {task_word} | " + " | ".join(METHODS[m][0] for m in README_METHODS) + " |",
-        "|---" * (len(README_METHODS) + 1) + "|",
-    ]
-    for task in tasks:
-        env_id, frames, _ = TASKS[task]
-        cells, here = [], task_methods(plan, task)
-        for m in README_METHODS:
-            runs = summaries.get((task, m), [])
-            succ = np.array([r["success_at_budget"] for r in runs])
-            if runs:
-                cells.append(f"{succ.mean():.2f} ({(succ >= HALF).sum()}/{len(runs)})")
-            else:
-                cells.append(missing if m in here else "-")
-        name = env_id.removeprefix("MiniGrid-").removesuffix("-v0")
-        lines.append(f"| {name} ({frames / 1e6:.1f}M) | " + " | ".join(cells) + " |")
-    lines += ["", f"({legend})", README_END]
-    return "\n".join(lines)
-
-
-def write_readmes(summaries, plan, root=ROOT) -> None:
-    """Refresh the summary table between the markers of both READMEs (where the markers are)."""
-    for name, words in README_WORDS.items():
-        path = os.path.join(root, name)
-        if not os.path.exists(path):
-            continue
-        text = open(path, encoding="utf-8").read()
-        if README_START in text and README_END in text:
-            block = readme_table(summaries, plan, words)
-            text = text[: text.index(README_START)] + block + text[text.index(README_END) + len(README_END) :]
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-
-
 def write_doc(path, block):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Exploration benchmark\n\n"
@@ -745,8 +689,6 @@ def main(argv=None):
     block = markdown(summaries, plan)
     write_doc(os.path.join(docs, "exploration.md"), block)
     plot(summaries, plan, os.path.join(docs, "exploration.png"))
-    if not args.quick and not args.docs:  # the READMEs summarize the committed suite only
-        write_readmes(summaries, plan)
     print(block)
     return summaries
 

@@ -77,7 +77,7 @@ def render(outcomes: dict[str, list[str]]) -> str:
         lines.append(f"| {what} | {does} | {kept} | {summary} (`{test}`) |")
     lines += [
         "",
-        "Related behaviour documented in the README: atomic checkpoints (written to a temporary file "
+        "Related behaviour documented in docs/usage.md: atomic checkpoints (written to a temporary file "
         "and renamed), `--resume`, and the checks that refuse a checkpoint of another game or network.",
         "",
         "Loading never runs code from a file: a checkpoint is data only (`common/run/tensorfile.py`: the "

@@ -21,7 +21,7 @@ Recipe (Burda et al. 2018, openai/random-network-distillation ``atari_wrappers.p
   (as RND, max-pooling the raw frames before the gray conversion), then
   RGB -> gray (cv2) -> 84x84 with ``cv2.INTER_AREA`` (RND's ``WarpFrame``), 4-frame
   stack; ``reset`` fills the stack with 4 copies of the reset frame (the RND authors'
-  vector env fills it with zeros instead: README, Montezuma deviation 22). If the game ends
+  vector env fills it with zeros instead: docs/deviations.md, Montezuma deviation 22). If the game ends
   on frame 0 or 1 of an agent step, the new stack entry is that last frame alone.
 
 ALEInterface is used directly rather than gymnasium's ``ALE/MontezumaRevenge-v5``

@@ -7,7 +7,7 @@ for each stream (one residual "extra layer" shared by the two value heads).
 This is the layout of CleanRL's ``ppo_rnd_envpool.py``. The RND authors' network
 (openai/random-network-distillation, ``policies/cnn_policy_param_matched.py``) has a 4x4 third
 convolution (2,304 features) and a residual extra layer in the policy head too. The network is
-kept as it is: checkpoints and the speed measurements depend on it (README, Montezuma deviation 21).
+kept as it is: checkpoints and the speed measurements depend on it (docs/deviations.md, Montezuma deviation 21).
 Orthogonal initialization, zero biases, set per layer: gain sqrt(2) for the convolutions, the two
 trunk layers and the policy's hidden layer (CleanRL: 0.01 there), 0.1 for the extra layer, 0.01
 for the policy logits and the value heads.

@@ -7,7 +7,7 @@ sign-clipped extrinsic rewards, RND on the latest frame only, observation
 normalizer warmed up for 50 x 128 random steps per env. ``--num-processes`` is
 the number of environments (``--num-envs`` is accepted as an alias); they run in
 ``--num-workers`` processes (default: one per CPU core, each stepping several
-envs, which beats one process per env). See the README for small-machine settings.
+envs, which beats one process per env). Small-machine settings: docs/usage.md, "Common flags".
 """
 
 from __future__ import annotations

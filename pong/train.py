@@ -10,7 +10,7 @@ v0.16.1): ``ALE/Pong-v5`` with ``frameskip=7`` and ``repeat_action_probability=0
 SRL's ``AtariPongProcessor`` (crop, gray, binarize, 84x84, game over after 5 points),
 window 4, double DQN with lr 0.0005, target sync every 2,000 train steps, discount
 0.99, replay 10,000 with a 1,000-transition warm-up, batch 32, 100,000 train steps;
-SND: reward = extrinsic + 0.5 x intrinsic. Deviations are listed in the README
+SND: reward = extrinsic + 0.5 x intrinsic. Deviations are listed in docs/deviations.md
 ("Deviations from the SND article"); ``benchmarks/snd_dqn_pong.py`` runs the three agents.
 """
 

@@ -86,6 +86,11 @@ def test_train_writes_logs_config_checkpoint_and_play_loads_it(game, tmp_path):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "smoke"
+    # the start: what runs, its folder, how to watch it; the config goes to config.json, not the terminal
+    assert f"{game} " in res.stdout and ", intrinsic rnd, seed " in res.stdout
+    assert f"run folder: {run} " in res.stdout
+    assert f"visualdl --logdir {os.path.relpath(tmp_path, ROOT)} --language en" in res.stdout
+    assert '"num_global_steps"' not in res.stdout
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["num_global_steps"] == 256 and cfg["intrinsic"] == "rnd"
     assert glob.glob(str(run / "vdlrecords.*.log"))

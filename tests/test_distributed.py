@@ -284,7 +284,7 @@ def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
-    """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: the README's command, twice (the
+    """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: docs/distributed.md's command, twice (the
     second resumes the first's checkpoint on the same world size and carries on to the new budget)."""
     from common.run.checkpoint import load_checkpoint
 

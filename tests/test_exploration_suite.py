@@ -94,15 +94,13 @@ def test_intrinsic_cost_benchmark_measures_and_reports(tmp_path):
     assert any(line.startswith("| PPO+RND | ") and line.endswith("| 1.00 |") for line in lines)
 
 
-def test_committed_report_and_readmes_match_the_committed_summaries():
-    """docs/exploration.md's tables and both READMEs' summaries are what --report-only makes of the committed
-    summaries (a summary committed without its report fails here: run benchmarks/exploration.py --report-only)."""
+def test_committed_report_matches_the_committed_summaries():
+    """docs/exploration.md's tables are what --report-only makes of the committed summaries (a summary committed
+    without its report fails here: run benchmarks/exploration.py --report-only). The READMEs carry no generated
+    table: their results table is written by hand and links to docs/exploration.md."""
     summaries = exploration.load_summaries(exploration.RESULTS)
     doc = open(os.path.join(ROOT, "docs", "exploration.md"), encoding="utf-8").read()
     assert exploration.markdown(summaries, exploration.PLAN) in doc
-    for name, words in exploration.README_WORDS.items():
-        text = open(os.path.join(ROOT, name), encoding="utf-8").read()
-        assert exploration.readme_table(summaries, exploration.PLAN, words) in text, name
 
 
 def test_snd_versus_rnd_verdict_is_read_at_the_precision_shown():

@@ -70,3 +70,53 @@ def test_run_config_checks_name_the_flag():
         TrainConfig(device="tpu").validate()
     with pytest.raises(ValueError, match=r"--lr nan is invalid: expected a finite number"):
         DQNConfig(lr=float("nan")).validate()
+
+
+class _StubTrainer:
+    """Just enough of a trainer for ``launch.run``: its folder, its length, a stop flag, a ``train``."""
+
+    def __init__(self, spec, cfg):
+        self.run_dir = os.path.join(cfg.log_path, cfg.run_name)
+        if hasattr(cfg, "num_global_steps"):  # a PPO trainer counts updates
+            self.steps_per_update = cfg.num_envs * cfg.num_local_steps
+            self.num_updates = cfg.num_global_steps // self.steps_per_update
+        self.stop = type("Stop", (), {"on_abort": [], "signum": None})()
+
+    def train(self):
+        return {"stopped_by_signal": False}
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, DQNConfig])
+def test_a_run_starts_with_what_runs_its_folder_and_how_to_watch_it(cls, tmp_path, monkeypatch, capsys):
+    """Three lines, not the whole config (that is the run folder's config.json): game, level, method and
+    length; the folder; the VisualDL command, with a relative --logdir (VisualDL's cache mixes up an absolute
+    one: docs/visualdl.md)."""
+    from common.run import launch
+    from common.run.game import GameSpec
+
+    spec = GameSpec(
+        name="toy",
+        config_cls=cls,
+        env_factory=None,
+        spaces=None,
+        make_policy=None,
+        make_intrinsic_networks=None,
+        level_name=lambda cfg: "1-2",
+        checkpoint_name=None,
+    )
+    logs = tmp_path / "my runs"
+    monkeypatch.chdir(tmp_path)
+    argv = ["--log-path", str(logs), "--run-name", "r", "--seed", "7"]
+    if cls is TrainConfig:
+        argv += ["--num-processes", "2", "--num-local-steps", "8", "--num-global-steps", "64"]
+    else:
+        argv += ["--agent", "snd", "--train-steps", "1234"]
+    launch.run(spec, _StubTrainer, argv)
+    lines = capsys.readouterr().out.splitlines()
+    length = "4 updates of 16 agent steps" if cls is TrainConfig else "agent snd, seed 7: 1,234 train steps"
+    assert lines[0].startswith("toy 1-2, ") and lines[0].endswith(length), lines
+    if cls is TrainConfig:
+        assert ", intrinsic rnd, seed 7: " in lines[0]
+    assert lines[1].startswith(f"run folder: {logs / 'r'} ") and "config.json" in lines[1]
+    assert lines[2] == "watch it:   visualdl --logdir 'my runs' --language en"  # quoted: a command to paste
+    assert len(lines) == 3 and "{" not in "".join(lines)  # the config is not printed

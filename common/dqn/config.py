@@ -120,7 +120,7 @@ class DQNConfig(RunConfig):
         "same",
         "what the predictor is distilled on: same (predictor(s') -> "
         "target(s'), the SND paper and the article's full listing) or shifted "
-        "(predictor(s) -> target(s'), the article's Trainer excerpt; see README)",
+        "(predictor(s) -> target(s'), the article's Trainer excerpt; see docs/deviations.md)",
         choices=("same", "shifted"),
     )
 

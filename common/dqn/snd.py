@@ -22,7 +22,7 @@ The article's SND-V differs from the SND authors' (``common/intrinsic/snd.py``,
   (all of it, not a 25 % share). ``distill_pairing="same"`` (default): ``x = next_state``,
   the article's full listing and the SND paper (the predictor learns the target on the
   state it is rewarded for); ``"shifted"``: ``x = state``, the article's Trainer excerpt
-  (predictor(s_t) regressed on target(s_{t+1})). See the README's deviations.
+  (predictor(s_t) regressed on target(s_{t+1})). See docs/deviations.md (the SND article's list).
 * Both networks and their Adam optimizers (Keras defaults, epsilon 1e-7; no gradient
   clipping) use the same learning rate as the Q network in the article.
 

@@ -351,12 +351,7 @@ class DQNTrainer:
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
-        cfg, lg = self.cfg, self.logger
-        print(
-            f"{self.spec.name}: agent {cfg.agent}, {cfg.train_steps:,} train steps (batch {cfg.batch_size}, "
-            f"warm-up {cfg.memory_warmup_size:,}), epsilon {cfg.epsilon}, run folder {self.run_dir}",
-            flush=True,
-        )
+        cfg, lg = self.cfg, self.logger  # (what runs and where: printed by common.run.launch.start_lines)
         from tqdm import tqdm
 
         bar = tqdm(

@@ -352,12 +352,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
-        cfg = self.cfg
-        ranks = f" x {self.world.size} ranks; this is rank {self.world.rank}" if self.world.distributed else ""
-        print(
-            f"{self.spec.name}: {self.num_updates} updates of {self.steps_per_update} steps ({cfg.num_envs} envs x "
-            f"{cfg.num_local_steps}{ranks}), intrinsic={cfg.intrinsic}, run folder {self.run_dir}"
-        )
+        cfg = self.cfg  # (what runs and where: printed by the entry point, common.run.launch.start_lines)
         total, main = self.num_updates * self.steps_per_update, self.world.is_main
         bar = tqdm(
             total=total,

@@ -8,8 +8,8 @@ checkpoint is saved first), so scripts can tell.
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import signal
 import sys
 
@@ -33,9 +33,34 @@ def abort_workers(trainer) -> None:
         abort()
 
 
+def start_lines(spec: GameSpec, cfg, trainer) -> list[str]:
+    """What a run prints as it starts: what runs (game, level, method, length), where its folder is and how
+    to watch it. Every setting is in the folder's ``config.json``, not on the terminal.
+
+    Read from the config and the trainer's public attributes only: PPO trainers count updates
+    (``num_updates``, ``steps_per_update``), the DQN ones train steps (``cfg.train_steps``).
+    """
+    method = f"agent {cfg.agent}" if hasattr(cfg, "agent") else f"intrinsic {cfg.intrinsic}"
+    if hasattr(trainer, "num_updates") and hasattr(trainer, "steps_per_update"):
+        length = f"{trainer.num_updates:,} updates of {trainer.steps_per_update:,} agent steps"
+    else:
+        length = f"{cfg.train_steps:,} train steps"
+    resumed = f", resumed from {cfg.resume}" if cfg.resume else ""
+    logs = os.path.dirname(os.path.normpath(trainer.run_dir)) or "."
+    try:  # VisualDL wants a relative --logdir (docs/visualdl.md)
+        logs = os.path.relpath(logs)
+    except ValueError:  # another drive (Windows): no relative path leads there
+        pass
+    return [
+        f"{spec.name} {spec.level_name(cfg)}, {method}, seed {cfg.seed}: {length}{resumed}",
+        f"run folder: {trainer.run_dir} (every setting in its config.json)",
+        f"watch it:   visualdl --logdir {shlex.quote(logs)} --language en",  # a command to paste
+    ]
+
+
 def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
     """What each game's train.py runs (through ``common.ppo.trainer.run`` or ``common.dqn.trainer.run``):
-    parse flags, print the config, train.
+    parse flags, build the trainer, print what runs and where (``start_lines``), train.
 
     ``trainer_cls(spec, cfg)`` builds the trainer (PPO's ``Trainer``, the DQN games' ``DQNTrainer``);
     this module knows neither. Exits with a message (status 1) when the
@@ -46,7 +71,6 @@ def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
     from common.run.errors import NonFiniteLossError, RunStoppedError
 
     cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
-    print(json.dumps(cfg.to_dict(), indent=2, sort_keys=True))
     try:
         trainer = trainer_cls(spec, cfg)
     except UsageError as e:  # a flag's value (e.g. an unusable --log-path): reported as argparse reports bad flags
@@ -54,6 +78,8 @@ def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
         raise SystemExit(2) from None
     except CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
+    if getattr(getattr(trainer, "world", None), "is_main", True):  # data-parallel ranks: rank 0 alone
+        print("\n".join(start_lines(spec, cfg, trainer)), flush=True)
     trainer.stop.on_abort.append(lambda: abort_workers(trainer))
     try:
         result = trainer.train()
