@@ -339,11 +339,13 @@ def test_the_worked_example_stays_under_100_lines_and_is_registered():
     import dataclasses
     import os
 
-    from common.intrinsic import INTRINSIC_NAMES
+    from common.intrinsic import names
     from common.ppo.config import TrainConfig
+    from common.run.config import field_meta
 
     path = os.path.join(os.path.dirname(__file__), "..", "common", "intrinsic", "counts.py")
     assert len(open(path, encoding="utf-8").read().splitlines()) < 100
-    assert "count" in INTRINSIC_NAMES
-    (field,) = [f for f in dataclasses.fields(TrainConfig) if f.name == "intrinsic"]
-    assert tuple(field.metadata["choices"]) == INTRINSIC_NAMES  # --intrinsic offers every registered module
+    assert "count" in names()
+    assert tuple(field_meta(TrainConfig, "intrinsic")["choices"]) == names()  # --intrinsic offers every module
+    assert "count (SimHash counts" in field_meta(TrainConfig, "intrinsic")["help"]  # and says what each is
+    assert dataclasses.is_dataclass(TrainConfig)

@@ -4,7 +4,7 @@ import numpy as np
 import paddle
 import pytest
 
-from common.intrinsic import INTRINSIC_NAMES, make_intrinsic
+from common.intrinsic import make_intrinsic, names
 from common.intrinsic.augment import snd_v_sizes
 from common.intrinsic.networks import ConvFeatureNet
 from common.intrinsic.snd import (
@@ -345,7 +345,7 @@ def test_registry_builds_each_variant_with_target_lr():
 def test_make_intrinsic_rejects_unknown_names():
     with pytest.raises(ValueError) as err:
         make_intrinsic("snd-x", make_networks, OBS_SHAPE, 1, lr=1e-3, update_proportion=0.25, max_grad_norm=0.5, seed=0)
-    for name in INTRINSIC_NAMES:
+    for name in names():
         assert name in str(err.value)
 
 

@@ -1,19 +1,22 @@
-"""Intrinsic-reward modules, chosen by name (``--intrinsic``).
+"""Intrinsic-reward modules, chosen by name (``--intrinsic``): plug-ins registered with
+``@register("name")`` (``common.intrinsic.registry``).
 
 ``make_intrinsic(name, ...)`` builds one; ``intrinsic_for_run(spec, cfg, obs_shape)`` builds the
 one a run's config asks for (the trainer's, its evaluation's, the play scripts'). Every module
-implements ``common.intrinsic.base.IntrinsicModule``.
+implements ``common.intrinsic.base.IntrinsicModule``. This package imports no Paddle until a module
+is asked for.
 """
 
 from __future__ import annotations
 
-from common.intrinsic.base import IntrinsicModule, NoIntrinsic
+from common.intrinsic.registry import ModuleSettings, described, names, register, registered
 
-INTRINSIC_NAMES = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b", "count")
-#: the modules the SND authors' reward convention (``--int-reward snd``) is defined for: those of their code
-SND_CONVENTION_MODULES = ("none", "rnd", "snd-v", "snd-std", "snd-vic")
-#: the modules whose features are learned by inverse dynamics: they need the game's action count
-ACTION_MODULES = ("icm", "e3b")
+__all__ = ["ModuleSettings", "described", "intrinsic_for_run", "make_intrinsic", "names", "register", "registered"]
+
+
+def snd_convention_names() -> tuple[str, ...]:
+    """The modules ``--int-reward snd`` (the SND authors' convention) is defined for: those of their code."""
+    return tuple(name for name, cls in registered().items() if cls.snd_convention)
 
 
 def make_intrinsic(
@@ -32,78 +35,38 @@ def make_intrinsic(
     value_max=255.0,
     num_actions: int | None = None,
     authors_scale: bool = False,
-) -> IntrinsicModule:
-    """Build the intrinsic module ``name``.
+):
+    """Build the intrinsic module ``name`` (a registered one) with its class's ``from_run``.
 
     ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
-    (``mario/rnd_model.py``, ``montezuma/rnd_model.py``). ``target_lr`` is the
-    learning rate of the SND target (ignored by RND, whose target is frozen);
-    ``max_pairs`` caps SND-STD's consecutive pairs per target step (ignored by the others);
-    ``target_proportion`` is the share of each minibatch the SND target trains on;
-    ``value_max`` is the largest raw observation value (one per channel or one number),
-    which sizes SND-V's noise; ``num_actions`` is the game's action count (ICM and E3B predict the
-    action; their encoder is the game's target network, freshly initialised and trained);
-    ``authors_scale``: read inputs and measure the error as the SND authors' code does
-    (``--int-reward snd``; RND and the SND variants only, ``DistillationModule.use_authors_scale``).
+    (``mario/rnd_model.py``, ``montezuma/rnd_model.py``); the other arguments are the run's
+    ``registry.ModuleSettings``. ``authors_scale``: read inputs and measure the error as the SND
+    authors' code does (``--int-reward snd``; the modules whose ``snd_convention`` is set).
     """
-    if name not in INTRINSIC_NAMES:
-        raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(INTRINSIC_NAMES)}")
-    if authors_scale and name not in SND_CONVENTION_MODULES:
-        raise ValueError(
-            f"the SND authors' input and error scale is defined for {SND_CONVENTION_MODULES}, not {name!r}"
-        )
-    if name == "none":
-        return NoIntrinsic()
-    if name == "count":  # no networks (docs/intrinsic_modules.md: the worked example)
-        from common.intrinsic.counts import HashCount
-
-        return HashCount(obs_shape, input_channels, seed=seed)
-    target, predictor = make_networks(input_channels)
-    common = dict(
-        obs_shape=obs_shape,
-        input_channels=input_channels,
+    modules = registered()
+    if name not in modules:
+        raise ValueError(f"unknown intrinsic module {name!r}; choose one of {', '.join(modules)}")
+    cls = modules[name]
+    if authors_scale and not cls.snd_convention:
+        raise ValueError(f"the SND authors' input and error scale is for {snd_convention_names()}, not {name!r}")
+    settings = ModuleSettings(
         lr=lr,
         update_proportion=update_proportion,
         max_grad_norm=max_grad_norm,
         seed=seed,
-    )
-    if name == "rnd":
-        from common.intrinsic.rnd import RND
-
-        module = RND(target, predictor, **common)
-        if authors_scale:
-            module.use_authors_scale(value_max)
-        return module
-    if name == "noveld":
-        from common.intrinsic.noveld import NovelD
-
-        return NovelD(target, predictor, **common)
-    if name in ACTION_MODULES:
-        if num_actions is None:
-            raise ValueError(f"--intrinsic {name} predicts actions: make_intrinsic needs num_actions")
-        from common.intrinsic.e3b import E3B
-        from common.intrinsic.icm import ICM
-
-        return {"icm": ICM, "e3b": E3B}[name](target, num_actions=num_actions, **common)
-    from common.intrinsic.snd import SND_VARIANTS  # noqa: E402  (Paddle-heavy, imported on demand)
-
-    if name == "snd-std":
-        common["max_pairs"] = max_pairs
-    if name == "snd-v":
-        common["value_max"] = value_max
-    module = SND_VARIANTS[name](
-        target,
-        predictor,
-        target_lr=lr if target_lr is None else target_lr,
+        target_lr=target_lr,
+        max_pairs=max_pairs,
         target_proportion=target_proportion,
-        **common,
+        value_max=value_max,
+        num_actions=num_actions,
     )
+    module = cls.from_run(make_networks, obs_shape, input_channels, settings)
     if authors_scale:
         module.use_authors_scale(value_max)
     return module
 
 
-def intrinsic_for_run(spec, cfg, obs_shape) -> IntrinsicModule:
+def intrinsic_for_run(spec, cfg, obs_shape):
     """The intrinsic module of a run: ``cfg.intrinsic`` (a ``TrainConfig``) with the game's networks
     (``spec``, a ``GameSpec``) for observations of ``obs_shape``; untrained until a state is loaded."""
     from common.run.errors import UsageError

@@ -30,15 +30,49 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.intrinsic.registry import register
+from common.run.distributed import NO_SYNC
+
 
 class IntrinsicModule:
-    """Base class: computes a novelty reward and trains itself on rollout data."""
+    """Base class: computes a novelty reward and trains itself on rollout data.
 
-    #: registry name, e.g. "rnd", "snd-v"
+    A subclass becomes a ``--intrinsic`` choice with ``@register("name")``
+    (``common.intrinsic.registry``) and builds itself for a run with ``from_run``. What data-parallel
+    training needs of it is declared here: its random stream ``rng`` (each rank gets its own), its
+    ``grad_sync`` (gradients averaged over the ranks), its ``normalizers()`` (statistics pooled) and
+    its ``networks()`` (every rank starts from rank 0's weights)."""
+
+    #: registry name, e.g. "rnd", "snd-v" (set by ``register``)
     name: str = "base"
+    #: one line for ``--help``
+    summary: str = ""
     #: True: the reward is paid only for the first visit of s_{t+1} within its episode whatever
     #: ``--int-first-visit`` says (NovelD, whose definition includes that gate)
     first_visit_gate: bool = False
+    #: True: ``--int-reward snd`` (the SND authors' convention) is defined for it: their code has it
+    snd_convention: bool = False
+    #: True: ``reward(obs)`` scores single observations; False: only transitions (``rollout_reward``)
+    scores_states: bool = True
+    #: the module's own random stream (subset sampling, augmentations), or None
+    rng: np.random.Generator | None = None
+    #: averages gradients over data-parallel ranks before each optimizer step (``common.run.distributed``)
+    grad_sync = NO_SYNC
+
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels: int, settings) -> IntrinsicModule:
+        """The module for a run: ``make_networks(in_channels) -> (target, predictor)`` is the game's factory
+        (``<game>/rnd_model.py``), ``obs_shape`` the stored observation's (C, H, W), ``input_channels``
+        how many of its channels the module sees, ``settings`` a ``registry.ModuleSettings``."""
+        raise NotImplementedError
+
+    def normalizers(self) -> list:
+        """The running statistics of its input (``RunningMeanStd``) that data-parallel ranks pool."""
+        return []
+
+    def use_authors_scale(self, value_max=255.0) -> None:
+        """Read inputs and measure the error as the SND authors' code does (``--int-reward snd``): the
+        distillation modules' (``DistillationModule``); nothing to do for a module with no input."""
 
     def observe(self, obs: np.ndarray) -> None:
         """Update the observation normalizer with ``uint8[B, C, H, W]`` frames."""
@@ -91,10 +125,16 @@ class IntrinsicModule:
         raise NotImplementedError
 
 
+@register("none")
 class NoIntrinsic(IntrinsicModule):
     """``--intrinsic none``: plain PPO. Rewards are zero and nothing is trained."""
 
-    name = "none"
+    summary = "plain PPO"
+    snd_convention = True  # the SND authors' baseline
+
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels, settings):
+        return cls()
 
     def observe(self, obs):
         pass

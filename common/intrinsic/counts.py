@@ -16,14 +16,20 @@ from __future__ import annotations
 import numpy as np
 
 from common.intrinsic.base import IntrinsicModule
+from common.intrinsic.registry import register
 
 SIMHASH_BITS = 32  # the paper's k ranges 64-512 on Atari; 32 is plenty for a 7x7 grid view
 
 
+@register("count")
 class HashCount(IntrinsicModule):
     """``--intrinsic count``: 1/sqrt(n) for SimHash codes of the last ``input_channels`` channels."""
 
-    name = "count"
+    summary = "SimHash counts, the worked example"
+
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels, settings):
+        return cls(obs_shape, input_channels, seed=settings.seed)
 
     def __init__(self, obs_shape, input_channels: int, bits: int = SIMHASH_BITS, seed: int = 0):
         c, h, w = obs_shape

@@ -61,6 +61,26 @@ class InverseDynamicsModule(NormalizedInputModule):
     the checkpoint and the optimizer see one layer.
     """
 
+    scores_states = False  # a transition's novelty: rollout_reward, never reward(obs)
+
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels, s):
+        """The encoder is the game's target network, freshly initialised and trained (its predictor is
+        not used); the game's action count comes from ``s.num_actions``."""
+        if s.num_actions is None:
+            raise ValueError(f"--intrinsic {cls.name} predicts actions: it needs the game's action count (num_actions)")
+        encoder, _ = make_networks(input_channels)
+        return cls(
+            encoder,
+            obs_shape=obs_shape,
+            input_channels=input_channels,
+            num_actions=s.num_actions,
+            lr=s.lr,
+            update_proportion=s.update_proportion,
+            max_grad_norm=s.max_grad_norm,
+            seed=s.seed,
+        )
+
     def __init__(
         self,
         encoder: nn.Layer,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from common.intrinsic.dynamics import InverseDynamicsModule
+from common.intrinsic.registry import register
 
 #: the paper's ridge (lambda): C_0 = ridge * I
 E3B_RIDGE = 0.1
@@ -54,10 +55,11 @@ class EllipticalMemory:
         self.inverse[env] -= np.outer(u, u) / (1.0 + phi @ u)
 
 
+@register("e3b")
 class E3B(InverseDynamicsModule):
     """Inverse-dynamics features, an elliptical bonus per episode. Losses: ``losses/e3b_inverse``."""
 
-    name = "e3b"
+    summary = "elliptical episodic bonus in inverse-dynamics features"
 
     def __init__(self, *args, ridge: float = E3B_RIDGE, **kwargs):
         super().__init__(*args, **kwargs)

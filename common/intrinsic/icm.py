@@ -34,6 +34,7 @@ import paddle.nn.functional as F
 
 from common.intrinsic.dynamics import InverseDynamicsModule, mlp
 from common.intrinsic.inputs import CHUNK
+from common.intrinsic.registry import register
 
 #: the paper's weight of the forward loss (1 - beta on the inverse loss)
 ICM_BETA = 0.2
@@ -44,11 +45,12 @@ def forward_error(predicted: paddle.Tensor, phi_next: paddle.Tensor) -> paddle.T
     return 0.5 * paddle.square(predicted - phi_next).sum(axis=1)
 
 
+@register("icm")
 class ICM(InverseDynamicsModule):
     """Inverse model + forward model; the forward model's error is the reward. Losses are logged as
     ``losses/icm_inverse``, ``losses/icm_forward`` (raw terms) and ``losses/icm_total``."""
 
-    name = "icm"
+    summary = "forward-model error in inverse-dynamics features"
 
     def heads(self) -> dict:
         return {"forward_model": mlp(self.feature_dim + self.num_actions, self.feature_dim)}

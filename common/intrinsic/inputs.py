@@ -90,6 +90,9 @@ class NormalizedInputModule(IntrinsicModule):
         mean, inv_std = self._norm_cache
         return cpu.standardize(x, mean, inv_std, OBS_CLIP, in_place=fresh)
 
+    def normalizers(self) -> list:
+        return [self.obs_rms]
+
     def normalizer_state(self) -> dict:
         return {"obs_rms": self.obs_rms.state_dict()}
 

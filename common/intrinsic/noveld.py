@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.intrinsic.registry import register
 from common.intrinsic.rnd import RND
 
 #: the paper's scaling factor of the novelty of s_t
@@ -36,11 +37,13 @@ def novelty_difference(novelty_next: np.ndarray, novelty_now: np.ndarray, alpha:
     return np.maximum(novelty_next - alpha * novelty_now, 0.0).astype(np.float32)
 
 
+@register("noveld")
 class NovelD(RND):
     """RND's networks and training, NovelD's reward (the episodic gate is the trainer's)."""
 
-    name = "noveld"
+    summary = "RND's novelty difference along a transition, first visits only"
     first_visit_gate = True
+    snd_convention = False
 
     def __init__(self, *args, alpha: float = NOVELD_ALPHA, **kwargs):
         if not 0.0 <= alpha <= 1.0:

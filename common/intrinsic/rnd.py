@@ -15,6 +15,7 @@ import paddle.nn as nn
 
 from common.intrinsic.base import distillation_state, load_distillation_state
 from common.intrinsic.inputs import CHUNK, NormalizedInputModule, checked_step, subset
+from common.intrinsic.registry import register
 from common.optim import adam
 from common.run.checkpoint import optimizer_state, set_optimizer_state
 from common.run.distributed import NO_SYNC
@@ -70,6 +71,23 @@ class DistillationModule(NormalizedInputModule):
         """Read inputs and measure the error as the SND authors' code does (``AUTHORS_SCALE``)."""
         scale, self.error = self.AUTHORS_SCALE
         self.set_input_scale(scale, value_max)
+
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels, settings):
+        target, predictor = make_networks(input_channels)
+        return cls(target, predictor, **cls._common(obs_shape, input_channels, settings))
+
+    @staticmethod
+    def _common(obs_shape, input_channels, s) -> dict:
+        """The constructor arguments every distillation module takes, from a run's ``ModuleSettings``."""
+        return dict(
+            obs_shape=obs_shape,
+            input_channels=input_channels,
+            lr=s.lr,
+            update_proportion=s.update_proportion,
+            max_grad_norm=s.max_grad_norm,
+            seed=s.seed,
+        )
 
     def _adam(self, lr: float, parameters) -> paddle.optimizer.Adam:
         return adam(parameters, lr, grad_clip=nn.ClipGradByGlobalNorm(self.max_grad_norm))
@@ -135,10 +153,12 @@ class DistillationModule(NormalizedInputModule):
         self.load_normalizer_state(state)
 
 
+@register("rnd")
 class RND(DistillationModule):
     """RND: the target is a fixed random network; no gradient ever reaches it."""
 
-    name = "rnd"
+    summary = "Random Network Distillation: a trained predictor of a fixed random network"
+    snd_convention = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

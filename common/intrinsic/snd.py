@@ -33,6 +33,7 @@ import paddle.nn.functional as F
 from common import cpu
 from common.intrinsic.augment import snd_v_augment_for
 from common.intrinsic.networks import param_attrs
+from common.intrinsic.registry import register
 from common.intrinsic.rnd import DistillationModule
 from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
 
@@ -243,6 +244,19 @@ class _SNDBase(DistillationModule):
         self.target_lr = target_lr
         self.target_opt = self._adam(target_lr, self._target_params())
 
+    @classmethod
+    def from_run(cls, make_networks, obs_shape, input_channels, s):
+        target, predictor = make_networks(input_channels)
+        target_lr = s.lr if s.target_lr is None else s.target_lr
+        extra = cls._extra(s)
+        common = cls._common(obs_shape, input_channels, s)
+        return cls(target, predictor, target_lr=target_lr, target_proportion=s.target_proportion, **extra, **common)
+
+    @staticmethod
+    def _extra(s) -> dict:
+        """A variant's own constructor arguments from the run's ``ModuleSettings``."""
+        return {}
+
     def _target_params(self) -> list:
         params = list(self.target.parameters())
         if self.heads is not None:
@@ -311,6 +325,7 @@ class _SNDBase(DistillationModule):
             load_weights(self.heads, state["heads"], "intrinsic/heads")
 
 
+@register("snd-v")
 class SNDV(_SNDBase):
     """SND-V: contrastive target training on augmented pairs of ``batch["obs"]``.
 
@@ -322,8 +337,13 @@ class SNDV(_SNDBase):
     normalized. Loss: ``contrastive + magnitude`` (``snd_v_terms``).
     """
 
-    name = "snd-v"
+    summary = "SND, the target trained contrastively on augmented pairs"
+    snd_convention = True
     TERMS = ("contrastive", "magnitude")
+
+    @staticmethod
+    def _extra(s) -> dict:
+        return {"value_max": s.value_max}
 
     def __init__(self, target, predictor, *, augment=None, value_max=255.0, **kwargs):
         super().__init__(target, predictor, **kwargs)
@@ -348,6 +368,7 @@ class SNDV(_SNDBase):
         return terms["contrastive"] + terms["magnitude"], terms
 
 
+@register("snd-std")
 class SNDSTD(_SNDBase):
     """SND-STD: ST-DIM on consecutive (s_t, s_{t+1}) pairs of the minibatch.
 
@@ -362,8 +383,13 @@ class SNDSTD(_SNDBase):
     official code's minibatch and keeps each score tensor near 85 MB for a 9x9 map.
     """
 
-    name = "snd-std"
+    summary = "SND, the target trained by Spatio-Temporal DeepInfoMax"
+    snd_convention = True
     TERMS = ("global_local", "local_local", "std", "score_sq")
+
+    @staticmethod
+    def _extra(s) -> dict:
+        return {"max_pairs": s.max_pairs}
 
     def __init__(self, target, predictor, *, max_pairs: int = 512, **kwargs):
         if max_pairs < 2:
@@ -413,6 +439,7 @@ class SNDSTD(_SNDBase):
         return total, terms
 
 
+@register("snd-vic")
 class SNDVIC(_SNDBase):
     """SND-VIC: VICReg with s_t and s_{t+1} as the two branches (consecutive pairs only).
 
@@ -420,7 +447,8 @@ class SNDVIC(_SNDBase):
     lambda = mu = 1, nu = 1/25 (``vicreg_terms``).
     """
 
-    name = "snd-vic"
+    summary = "SND, the target trained by VICReg"
+    snd_convention = True
     TERMS = ("invariance", "variance", "covariance")
 
     def _target_loss(self, batch):
@@ -435,4 +463,4 @@ class SNDVIC(_SNDBase):
         return total, terms
 
 
-SND_VARIANTS = {"snd-v": SNDV, "snd-std": SNDSTD, "snd-vic": SNDVIC}
+SND_VARIANTS = {cls.name: cls for cls in (SNDV, SNDSTD, SNDVIC)}

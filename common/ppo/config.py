@@ -9,7 +9,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from common.intrinsic import INTRINSIC_NAMES, SND_CONVENTION_MODULES
+from common import intrinsic
 from common.run.config import RunConfig, arg, default, flag_name, need
 
 #: ``--int-reward``: how novelty is paid (``common.intrinsic.normalize.IntrinsicRewardScale``)
@@ -138,10 +138,8 @@ class TrainConfig(RunConfig):
     # --- intrinsic reward ----------------------------------------------------------------
     intrinsic: str = arg(
         "rnd",
-        "intrinsic-reward module: none (plain PPO), rnd, the SND targets snd-v / snd-std / snd-vic, noveld "
-        "(RND's novelty difference, first visits only), icm (forward-model error in inverse-dynamics "
-        "features), e3b (elliptical episodic bonus), count (SimHash counts); docs/intrinsic_modules.md",
-        choices=INTRINSIC_NAMES,
+        lambda: "intrinsic-reward module: " + intrinsic.described() + "; docs/intrinsic_modules.md",
+        choices=intrinsic.names,  # every registered module (common.intrinsic.registry)
     )
     int_coef: float = arg(1.0, "weight of the intrinsic advantage (0 keeps the module training but unused)")
     ext_coef: float = arg(
@@ -322,11 +320,11 @@ class TrainConfig(RunConfig):
             "1 unless --int-reward snd (the RND convention normalises the reward instead)",
         )
         need(
-            self.int_reward == "rnd" or self.intrinsic in SND_CONVENTION_MODULES,
+            self.int_reward == "rnd" or self.intrinsic in intrinsic.snd_convention_names(),
             "int-reward",
             self.int_reward,
             f"rnd with --intrinsic {self.intrinsic} (snd, the SND authors' convention, is defined for "
-            f"{', '.join(SND_CONVENTION_MODULES)})",
+            f"{', '.join(intrinsic.snd_convention_names())})",
         )
         need(
             self.int_reward == "rnd" or not self.int_first_visit,

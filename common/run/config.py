@@ -80,8 +80,11 @@ def plain_name(name: str) -> bool:
     )
 
 
-def arg(default, help: str, choices=None, aliases=(), **kw):
-    """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``)."""
+def arg(default, help, choices=None, aliases=(), **kw):
+    """A dataclass field carrying its CLI help text, optional choices and alias flags (``("--num-envs",)``).
+
+    ``help`` and ``choices`` may be functions of no argument, asked when a parser is built or a value
+    checked (``--intrinsic``: the registered modules, known once their modules are imported)."""
     return field(default=default, metadata={"help": help, "choices": choices, "aliases": tuple(aliases), **kw})
 
 
@@ -104,6 +107,9 @@ def field_meta(cls, name: str) -> dict:
             continue
         if "help" in f.metadata:
             meta, notes = dict(f.metadata), []
+            for key in ("help", "choices"):  # asked now: a registry fills up as modules are imported
+                if callable(meta.get(key)):
+                    meta[key] = meta[key]()
         if f.metadata.get("note"):
             notes.append(f.metadata["note"])
     if notes:

@@ -258,13 +258,12 @@ class World:
             return
         trainer.rng = self.own_stream(trainer.rng)
         trainer.ppo.grad_sync = self.gradient_sync("policy")
-        intrinsic = trainer.intrinsic
-        if hasattr(intrinsic, "rng"):
+        intrinsic = trainer.intrinsic  # what it needs is declared by common.intrinsic.base.IntrinsicModule
+        if intrinsic.rng is not None:
             intrinsic.rng = self.own_stream(intrinsic.rng)
-        if hasattr(intrinsic, "grad_sync"):
-            intrinsic.grad_sync = self.gradient_sync("intrinsic")
-        if hasattr(intrinsic, "obs_rms"):
-            intrinsic.obs_rms.sync = self.pooled_moments
+        intrinsic.grad_sync = self.gradient_sync("intrinsic")
+        for rms in intrinsic.normalizers():
+            rms.sync = self.pooled_moments
         trainer.int_scale.rms.sync = self.pooled_moments
         self.broadcast_layers(trainer.policy, *intrinsic.networks())
 
