@@ -46,8 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
@@ -59,16 +57,14 @@ if ROOT not in sys.path:
 
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
 from benchmarks.lanes import (  # noqa: E402
+    PlannedRun,
     carry_nice_into_session,
     code_commit,
     interrupt_on_sigterm,
     logged_seconds,
-    prune_checkpoints,
     read_segments,
-    resume_ppo_run,
-    segment_event,
-    stop_runs,
-    write_json_atomic,
+    resume_ppo_run,  # noqa: F401  (where a run continues from: tests ask it here)
+    run_plan,
 )
 from common.run.logger import read_metrics  # noqa: E402
 
@@ -324,81 +320,50 @@ def task_methods(plan, task) -> list:
     return [m for m in METHODS if m in planned_here]
 
 
+def segment_facts(out, name):
+    """(wall seconds of every process of run ``name``, each start to its end; the commit of its last start;
+    the updates it was resumed at) from its segments (``lanes.segment_event``)."""
+    events = read_segments(out, name)
+    starts = [e for e in events if e.get("event") == "start"]
+    ends = [e for e in events if e.get("event") == "end"]
+
+    def when(e):
+        return time.mktime(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))
+
+    seconds = sum(when(b) - when(a) for a, b in zip(starts, ends))
+    resumed = [e["resume_update"] for e in starts if e.get("resume_update")]
+    return seconds, (starts[-1]["commit"] if starts else None), resumed
+
+
 def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):
-    """Run (task, method, seed, frames) entries, ``jobs`` at a time; each success writes its summary. A run
-    whose folder holds a numbered checkpoint continues from the newest one (one without: from scratch)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    pending, running, failed = list(todo), [], []
-    t_start = time.time()
-    os.makedirs(out, exist_ok=True)
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                task, method, seed, frames = pending.pop(0)
-                name = run_name(task, method, seed)
-                run_dir = os.path.join(out, name)
-                ckpt, update = resume_ppo_run(run_dir, checkpoint_prefix(task))
-                if ckpt is None:
-                    for stale in (run_dir, os.path.join(out, name + ".segments.jsonl")):  # cut short early
-                        if os.path.isdir(stale):
-                            shutil.rmtree(stale)
-                        elif os.path.exists(stale):
-                            os.remove(stale)
-                argv = command(task, method, seed, frames, out, ckpt, save_interval)
-                commit = code_commit()  # asked once per start: the segment and the summary record the same
-                segment_event(out, name, event="start", commit=commit, resume_update=update)
-                log = open(os.path.join(out, name + ".log"), "a")
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-                running.append(((task, method, seed, frames), proc, log, time.time(), commit))
-                print(
-                    f"[{time.strftime('%H:%M:%S')}] start {name} ({frames:,} frames)"
-                    + (f" from update {update}" if ckpt else ""),
-                    flush=True,
-                )
-            time.sleep(2)
-            for item in list(running):
-                (task, method, seed, frames), proc, log, t0, commit = item
-                name = run_name(task, method, seed)
-                prune_checkpoints(os.path.join(out, name), checkpoint_prefix(task), KEEP_CHECKPOINTS)
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                log.close()
-                secs = time.time() - t0
-                segment_event(out, name, event="end", returncode=proc.returncode)
-                if proc.returncode == 0:
-                    resumed = [e["resume_update"] for e in read_segments(out, name) if e.get("resume_update")]
-                    summary = summarize_run(
-                        os.path.join(out, name),
-                        task,
-                        method,
-                        seed,
-                        frames,
-                        secs,
-                        command(task, method, seed, frames, out, save_interval=save_interval),
-                        commit,
-                        resumed,
-                    )
-                    write_json_atomic(summary_path(results, task, method, seed), summary)
-                    note = f"success at budget {summary['success_at_budget']:.2f}"
-                else:
-                    failed.append(name)
-                    note = f"FAILED rc={proc.returncode}, see {os.path.join(out, name + '.log')}"
-                print(
-                    f"[{time.strftime('%H:%M:%S')}] done {name} {secs:.0f}s ({frames / max(secs, 1e-9):.0f} "
-                    f"frames/s): {note}; {len(pending)} pending, {time.time() - t_start:.0f}s elapsed",
-                    flush=True,
-                )
-    # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or any error here (e.g. stdout piped into `head`, which
-    # exits): the runs save and stop too, never left running as orphans
-    except BaseException:
-        stop_runs([item[1] for item in running])
-        for (task, method, seed, _), proc, log, _, _ in running:
-            log.close()
-            segment_event(out, run_name(task, method, seed), event="end", returncode=proc.returncode)
-        print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
-        raise
-    return failed
+    """Run (task, method, seed, frames) entries, ``jobs`` at a time, on ``lanes.run_plan`` (a run with a
+    numbered checkpoint continues from the newest); each run that ends well writes its summary (only
+    then: the report reads every summary as a finished run's). Returns the names of the runs that failed."""
+
+    def planned_run(task, method, seed, frames):
+        name = run_name(task, method, seed)
+
+        def summarize(out_, status):
+            seconds, commit, resumed = segment_facts(out_, name)
+            argv = command(task, method, seed, frames, out_, save_interval=save_interval)
+            return summarize_run(os.path.join(out_, name), task, method, seed, frames, seconds, argv, commit, resumed)
+
+        return PlannedRun(
+            name=name,
+            argv=lambda resume: command(task, method, seed, frames, out, resume, save_interval),
+            prefix=checkpoint_prefix(task),
+            summarize=summarize,
+            summary_path=summary_path(results, task, method, seed),
+            label=f"({frames:,} frames)",
+            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            partial_summaries=False,
+        )
+
+    def describe(summary):
+        return f"success at budget {summary['success_at_budget']:.2f}, {summary['seconds']:.0f}s"
+
+    plan = [planned_run(*entry) for entry in todo]
+    return run_plan(plan, out, jobs, keep=KEEP_CHECKPOINTS, describe=describe, say_todo=False)
 
 
 # ---------------------------------------------------------------------------------- report

@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import exploration  # noqa: E402  (the suite's tasks, methods and command line)
+import lanes  # noqa: E402
 
 METHODS = exploration.COST_METHODS
 RESULT = exploration.COST_RESULT
@@ -112,7 +113,7 @@ def main(argv=None):
     if not args.report_only:
         with tempfile.TemporaryDirectory() as out:
             per_frame = measure(args.task, methods, rounds, short, long, out)
-        exploration.write_json_atomic(result_path, summarize(per_frame, args.task, rounds, short, long))
+        lanes.write_json_atomic(result_path, summarize(per_frame, args.task, rounds, short, long))
     with open(result_path, encoding="utf-8") as f:
         result = json.load(f)
     print("\n".join(exploration.cost_markdown(result)))

@@ -217,8 +217,11 @@ class PlannedRun:
     ``argv(resume)`` is the trainer's command line (``resume``: a checkpoint path or None); its folder is
     ``<out>/<name>`` and its numbered checkpoints ``models/<prefix>_<update>.pdparams``.
     ``summarize(out, status)`` builds its summary, written atomically to ``summary_path``, which also says
-    whether it has finished (``"status"`` in ``finished``); ``status_at_end(returncode, run_dir)`` names how
-    a run that exited 0 ended (e.g. "budget")."""
+    whether it has finished (``"status"`` in ``finished``; a summary without a status is a finished
+    run's); ``status_at_end(returncode, run_dir)`` names how a run that exited 0 ended (e.g. "budget").
+    ``label`` is printed after its name when it starts; ``env`` is added to its process's environment;
+    ``partial_summaries`` False writes a summary only when the run ends well (no "running" or
+    "stopped" ones: a suite whose report reads every summary as a finished run's)."""
 
     name: str
     argv: typing.Callable
@@ -227,12 +230,15 @@ class PlannedRun:
     summary_path: str
     status_at_end: typing.Callable = lambda returncode, run_dir: "budget"
     finished: tuple = ("budget",)
+    label: str = ""
+    env: dict = dataclasses.field(default_factory=dict)
+    partial_summaries: bool = True
 
     def done(self) -> bool:
         if not os.path.exists(self.summary_path):
             return False
         with open(self.summary_path, encoding="utf-8") as f:
-            return json.load(f).get("status") in self.finished
+            return json.load(f).get("status", self.finished[0]) in self.finished
 
     def write_summary(self, out, status) -> dict:
         summary = self.summarize(out, status)
@@ -240,7 +246,7 @@ class PlannedRun:
         return summary
 
 
-def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda summary: "") -> list:
+def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda summary: "", say_todo=True) -> list:
     """Run the unfinished ``PlannedRun``s of ``plan`` in order, ``lanes_at_once`` at a time; returns the
     names of the runs that failed.
 
@@ -254,7 +260,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     pending = [r for r in plan if not r.done()]
-    print(f"{len(pending)} runs to do", flush=True)
+    if say_todo:
+        print(f"{len(pending)} runs to do", flush=True)
     os.makedirs(out, exist_ok=True)
     if state is not None:
         restore_state(out, state)
@@ -271,11 +278,17 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 log = open(os.path.join(out, run.name + ".log"), "a")
                 # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
                 proc = subprocess.Popen(
-                    run.argv(ckpt), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+                    run.argv(ckpt),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**env, **run.env},
+                    cwd=ROOT,
+                    start_new_session=True,
                 )
                 carry_nice_into_session(proc.pid)
                 running.append([run, proc, log, update])
-                print(f"[{time.strftime('%H:%M:%S')}] start {run.name}" + (f" from update {update}" if ckpt else ""))
+                started = f"[{time.strftime('%H:%M:%S')}] start {run.name}" + (f" {run.label}" if run.label else "")
+                print(started + (f" from update {update}" if ckpt else ""), flush=True)
             time.sleep(2)
             for entry in list(running):
                 run, proc, log, seen = entry
@@ -285,7 +298,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     if newest > seen:
                         entry[3] = newest
                         prune_checkpoints(run_dir, run.prefix, keep)
-                        run.write_summary(out, "running")
+                        if run.partial_summaries:
+                            run.write_summary(out, "running")
                     continue
                 running.remove(entry)
                 log.close()
@@ -293,20 +307,21 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 segment_event(out, run.name, event="end", returncode=rc)
                 prune_checkpoints(run_dir, run.prefix, keep)
                 status = run.status_at_end(rc, run_dir) if rc == 0 else "stopped"
-                summary = run.write_summary(out, status)
+                summary = run.write_summary(out, status) if rc == 0 or run.partial_summaries else {}
                 if rc not in (0, *SIGNAL_EXIT.values()):
                     failed.append(run.name)
-                print(
-                    f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {describe(summary)}",
-                    flush=True,
-                )
+                note = describe(summary) if summary else f"see {os.path.join(out, run.name + '.log')}"
+                print(f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {note}", flush=True)
                 if rc in SIGNAL_EXIT.values():  # stopped from outside: the plan stops too
                     pending.clear()
     except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
         stop_runs([entry[1] for entry in running])
-        for run, proc, _, _ in running:
+        for run, proc, log, _ in running:
+            log.close()
             segment_event(out, run.name, event="end", returncode=proc.returncode)
-            run.write_summary(out, "stopped")
+            if run.partial_summaries:
+                run.write_summary(out, "stopped")
+        print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
         raise
     return failed
 
