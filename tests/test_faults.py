@@ -275,8 +275,10 @@ def test_hostile_pickles_are_refused_by_the_converter(case, tmp_path):
                 protocol=2,
             )
     original = open(path, "rb").read()
-    with pytest.raises(LegacyCheckpointError):
+    t0 = time.perf_counter()
+    with pytest.raises(LegacyCheckpointError, match="convert it once"):  # every loader: unread, at once
         load_checkpoint(path)
+    assert time.perf_counter() - t0 < 1.0
     t0 = time.perf_counter()
     with pytest.raises(ConversionError, match="refused .*hostile.pdparams") as e:
         convert(path)
