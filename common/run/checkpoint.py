@@ -153,6 +153,28 @@ def _brief(value) -> str:
     return f"a {type(value).__name__}"
 
 
+def _check_contents(raw: dict, path: str, required, game) -> None:
+    """``CheckpointError`` unless ``raw`` is a checkpoint of this project (of ``game``, if given), of this
+    format, with every required key, counters that are integers >= 0 and a config that is a dict."""
+    if "format" not in raw or "game" not in raw:
+        raise CheckpointError(f"{path} is not a checkpoint of this project: expected a dict with 'game', 'policy', ...")
+    if game is not None and raw["game"] != game:
+        raise CheckpointError(f"{path} was written by game {_brief(raw['game'])}; this is {game!r}")
+    if raw["format"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {_brief(raw['format'])}; this version reads {FORMAT_VERSION}")
+    keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise CheckpointError(
+            f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
+        )
+    for key in COUNTERS:
+        if key in raw and not (type(raw[key]) is int and 0 <= raw[key] < 2**62):
+            raise CheckpointError(f"{path}: entry {key!r} is {_brief(raw[key])}: expected an integer >= 0")
+    if not isinstance(raw["config"], dict):
+        raise CheckpointError(f"{path}: entry 'config' is a {type(raw['config']).__name__}: expected a dict")
+
+
 def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
     """A checkpoint written by ``save_checkpoint``, read without running code from the file.
 
@@ -175,23 +197,7 @@ def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
         raw = tensorfile.loads(data, path)
     except tensorfile.TensorFileError as e:
         raise CheckpointError(str(e)) from None
-    if "format" not in raw or "game" not in raw:
-        raise CheckpointError(f"{path} is not a checkpoint of this project: expected a dict with 'game', 'policy', ...")
-    if game is not None and raw["game"] != game:
-        raise CheckpointError(f"{path} was written by game {_brief(raw['game'])}; this is {game!r}")
-    if raw["format"] != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {_brief(raw['format'])}; this version reads {FORMAT_VERSION}")
-    keys = list(dict.fromkeys([*REQUIRED_KEYS, *required]))
-    missing = [k for k in keys if k not in raw]
-    if missing:
-        raise CheckpointError(
-            f"{path!r} is incomplete: it has no {', '.join(repr(k) for k in missing)} (expected {', '.join(keys)})"
-        )
-    for key in COUNTERS:
-        if key in raw and not (type(raw[key]) is int and 0 <= raw[key] < 2**62):
-            raise CheckpointError(f"{path}: entry {key!r} is {_brief(raw[key])}: expected an integer >= 0")
-    if not isinstance(raw["config"], dict):
-        raise CheckpointError(f"{path}: entry 'config' is a {type(raw['config']).__name__}: expected a dict")
+    _check_contents(raw, path, required, game)
     return raw
 
 

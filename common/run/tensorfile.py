@@ -77,12 +77,7 @@ def _encode(value, path: str, tensors: dict):
             raise TensorFileError(f"entry {path!r} is {float(value)}: a checkpoint holds finite numbers only")
         return float(value)
     if isinstance(value, np.ndarray) or hasattr(value, "numpy"):  # numpy array, Paddle tensor
-        array = np.asarray(value if isinstance(value, np.ndarray) else value.numpy())
-        if array.dtype.newbyteorder("<") not in _NAMES:
-            raise TensorFileError(f"entry {path!r} has dtype {array.dtype}: expected one of {', '.join(DTYPES)}")
-        name = path or "."
-        tensors[name] = np.array(array, dtype=array.dtype.newbyteorder("<"), order="C")  # 0-d stays 0-d
-        return {"__array__" if isinstance(value, np.ndarray) else "__tensor__": name}
+        return _encode_array(value, path, tensors)
     if isinstance(value, tuple):
         return {"__tuple__": [_encode(v, f"{path}/{i}", tensors) for i, v in enumerate(value)]}
     if isinstance(value, list):
@@ -92,6 +87,16 @@ def _encode(value, path: str, tensors: dict):
             return {k: _encode(v, f"{path}/{k}" if path else k, tensors) for k, v in value.items()}
         return {"__items__": [[_encode(k, path, {}), _encode(v, f"{path}/{k}", tensors)] for k, v in value.items()]}
     raise TensorFileError(f"entry {path!r} is a {type(value).__name__}: a checkpoint holds no such value")
+
+
+def _encode_array(value, path: str, tensors: dict) -> dict:
+    """A numpy array or Paddle tensor into ``tensors`` (named by its path), and its reference."""
+    array = np.asarray(value if isinstance(value, np.ndarray) else value.numpy())
+    if array.dtype.newbyteorder("<") not in _NAMES:
+        raise TensorFileError(f"entry {path!r} has dtype {array.dtype}: expected one of {', '.join(DTYPES)}")
+    name = path or "."
+    tensors[name] = np.array(array, dtype=array.dtype.newbyteorder("<"), order="C")  # 0-d stays 0-d
+    return {"__array__" if isinstance(value, np.ndarray) else "__tensor__": name}
 
 
 def dumps(state: dict) -> bytes:
@@ -126,58 +131,61 @@ def _no_constant(name: str):
 
 def _check_json_text(text: str, what: str) -> None:
     """Refuse JSON text nested deeper than MAX_DEPTH or with a number longer than MAX_NUMBER, before parsing."""
-    depth, run, in_string, escaped = 0, 0, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch in "0123456789+-.eE":
-            run += 1
-            if run > MAX_NUMBER:
-                raise TensorFileError(f"{what} has a number longer than {MAX_NUMBER} characters")
-            continue
-        run = 0
+    depth, run, i = 0, 0, 0
+    while i < len(text):
+        ch = text[i]
         if ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise TensorFileError(f"{what} nests deeper than {MAX_DEPTH}")
-        elif ch in "]}":
-            depth -= 1
+            i = _string_end(text, i)
+            run = 0
+            continue
+        run = run + 1 if ch in "0123456789+-.eE" else 0
+        if run > MAX_NUMBER:
+            raise TensorFileError(f"{what} has a number longer than {MAX_NUMBER} characters")
+        depth += (ch in "[{") - (ch in "]}")
+        if depth > MAX_DEPTH:
+            raise TensorFileError(f"{what} nests deeper than {MAX_DEPTH}")
+        i += 1
+
+
+def _string_end(text: str, start: int) -> int:
+    """The index after the JSON string that opens at ``text[start]`` (escapes skipped)."""
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return i + 1
+        else:
+            i += 1
+    return i
+
+
+def _tensor_spec(name: str, entry, data_len: int) -> tuple:
+    """(numpy dtype, shape, begin, end) of one header entry, every field checked."""
+    where = f"tensor {_short(name)}"
+    if len(name) > MAX_NAME:
+        raise TensorFileError(f"{where}: its name is longer than {MAX_NAME} characters")
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise TensorFileError(f"{where}: expected dtype, shape and data_offsets")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise TensorFileError(f"{where}: dtype {_short(dtype)} is not one of {', '.join(DTYPES)}")
+    dims_ok = isinstance(shape, list) and len(shape) <= MAX_DIMS
+    if not dims_ok or not all(type(n) is int and 0 <= n < 2**40 for n in shape):
+        raise TensorFileError(f"{where}: shape must be at most {MAX_DIMS} integers in [0, 2**40)")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
+        raise TensorFileError(f"{where}: data_offsets must be two integers")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len:
+        raise TensorFileError(f"{where}: its bytes [{begin}, {end}) lie outside the data ({data_len} bytes)")
+    if math.prod(shape) * DTYPES[dtype].itemsize != end - begin:
+        raise TensorFileError(f"{where}: shape {shape} of {dtype} does not fill its {end - begin} bytes")
+    return DTYPES[dtype], tuple(shape), begin, end
 
 
 def _tensor_specs(header: dict, data_len: int) -> dict:
-    """name -> (numpy dtype, shape, begin, end), every entry checked; ranges tile [0, data_len)."""
-    specs = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        where = f"tensor {_short(name)}"
-        if len(name) > MAX_NAME:
-            raise TensorFileError(f"{where}: its name is longer than {MAX_NAME} characters")
-        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-            raise TensorFileError(f"{where}: expected dtype, shape and data_offsets")
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise TensorFileError(f"{where}: dtype {_short(dtype)} is not one of {', '.join(DTYPES)}")
-        if not (
-            isinstance(shape, list) and len(shape) <= MAX_DIMS and all(type(n) is int and 0 <= n < 2**40 for n in shape)
-        ):
-            raise TensorFileError(f"{where}: shape must be at most {MAX_DIMS} integers in [0, 2**40)")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
-            raise TensorFileError(f"{where}: data_offsets must be two integers")
-        begin, end = offsets
-        if not 0 <= begin <= end <= data_len:
-            raise TensorFileError(f"{where}: its bytes [{begin}, {end}) lie outside the data ({data_len} bytes)")
-        if math.prod(shape) * DTYPES[dtype].itemsize != end - begin:
-            raise TensorFileError(f"{where}: shape {shape} of {dtype} does not fill its {end - begin} bytes")
-        specs[name] = (DTYPES[dtype], tuple(shape), begin, end)
+    """name -> (numpy dtype, shape, begin, end), every entry checked; the ranges tile [0, data_len)."""
+    specs = {name: _tensor_spec(name, entry, data_len) for name, entry in header.items() if name != "__metadata__"}
     position = 0
     for name, (_, _, begin, end) in sorted(specs.items(), key=lambda kv: (kv[1][2], kv[1][3])):
         if begin != position:
@@ -196,7 +204,19 @@ def loads(data: bytes, what: str = "checkpoint") -> dict:
         raise TensorFileError(f"{what}: {e}") from None
 
 
-def _loads(data: bytes) -> dict:
+def _parse_json(text: str, what: str):
+    """``text`` parsed, after ``_check_json_text``; JSON's NaN and Infinity refused."""
+    _check_json_text(text, what)
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except TensorFileError:
+        raise
+    except ValueError as e:
+        raise TensorFileError(f"{what} is not JSON ({type(e).__name__} at {getattr(e, 'pos', '?')})") from None
+
+
+def _header(data: bytes) -> tuple[dict, int]:
+    """(the header as a dict, where the data section starts), its length checked against the file."""
     if len(data) < 8:
         raise TensorFileError("too short for a safetensors header")
     (length,) = struct.unpack("<Q", data[:8])
@@ -206,13 +226,7 @@ def _loads(data: bytes) -> dict:
         text = data[8 : 8 + length].decode("utf-8")
     except UnicodeDecodeError:
         raise TensorFileError("its header is not UTF-8") from None
-    _check_json_text(text, "its header")
-    try:
-        header = json.loads(text, parse_constant=_no_constant)
-    except TensorFileError:
-        raise
-    except ValueError as e:
-        raise TensorFileError(f"its header is not JSON ({type(e).__name__} at {getattr(e, 'pos', '?')})") from None
+    header = _parse_json(text, "its header")
     if not isinstance(header, dict):
         raise TensorFileError("its header is not a JSON object")
     meta = header.get("__metadata__")
@@ -220,24 +234,23 @@ def _loads(data: bytes) -> dict:
         raise TensorFileError(f"it is a safetensors file but not a checkpoint of this project (no {MAGIC} state)")
     if meta.get("version") != "1":
         raise TensorFileError(f"checkpoint version {_short(meta.get('version'))}: this version reads 1")
-    specs = _tensor_specs(header, len(data) - 8 - length)
-    _check_json_text(meta["state"], "its state")
-    try:
-        skeleton = json.loads(meta["state"], parse_constant=_no_constant)
-    except TensorFileError:
-        raise
-    except ValueError as e:
-        raise TensorFileError(f"its state is not JSON ({type(e).__name__})") from None
-    base, used = 8 + length, set()
+    return header, 8 + length
 
-    def array(name, as_tensor: bool):
-        if not isinstance(name, str) or name not in specs:
+
+class _Arrays:
+    """The file's tensors, each handed out once (``take``) as an owned array, checked finite."""
+
+    def __init__(self, data: bytes, specs: dict, base: int):
+        self.data, self.specs, self.base, self.used = data, specs, base, set()
+
+    def take(self, name, as_tensor: bool):
+        if not isinstance(name, str) or name not in self.specs:
             raise TensorFileError(f"its state refers to a tensor {_short(name)} the file does not hold")
-        if name in used:
+        if name in self.used:
             raise TensorFileError(f"its state refers to tensor {_short(name)} twice")
-        used.add(name)
-        dtype, shape, begin, end = specs[name]
-        a = np.frombuffer(data, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=base + begin)
+        self.used.add(name)
+        dtype, shape, begin, end = self.specs[name]
+        a = np.frombuffer(self.data, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=self.base + begin)
         a = a.reshape(shape).astype(dtype.newbyteorder("="), copy=True)  # owned, writable, native order
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise TensorFileError(f"tensor {_short(name)} holds a NaN or an infinity")
@@ -247,34 +260,46 @@ def _loads(data: bytes) -> dict:
             return paddle.to_tensor(a)
         return a
 
-    def decode(node, depth=0):
-        if isinstance(node, list):
-            return [decode(v, depth + 1) for v in node]
-        if not isinstance(node, dict):
-            return node
-        if len(node) == 1:
-            ((key, value),) = node.items()
-            if key in ("__tensor__", "__array__"):
-                return array(value, key == "__tensor__")
-            if key == "__tuple__" and isinstance(value, list):
-                return tuple(decode(v, depth + 1) for v in value)
-            if key == "__items__" and isinstance(value, list):
-                out = {}
-                for item in value:
-                    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int, float, bool))):
-                        raise TensorFileError("its state has a malformed __items__ entry")
-                    out[item[0]] = decode(item[1], depth + 1)
-                return out
-        if any(k.startswith("__") for k in node):
-            raise TensorFileError(
-                f"its state has an unknown marker {_short(next(k for k in node if k.startswith('__')))}"
-            )
-        return {k: decode(v, depth + 1) for k, v in node.items()}
+    def unused(self) -> set:
+        return set(self.specs) - self.used
 
-    state = decode(skeleton)
+
+def _decode(node, arrays: _Arrays):
+    """The state from its JSON form (the markers of ``_encode`` turned back into values)."""
+    if isinstance(node, list):
+        return [_decode(v, arrays) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if len(node) == 1:
+        ((key, value),) = node.items()
+        if key in ("__tensor__", "__array__"):
+            return arrays.take(value, key == "__tensor__")
+        if key == "__tuple__" and isinstance(value, list):
+            return tuple(_decode(v, arrays) for v in value)
+        if key == "__items__" and isinstance(value, list):
+            return _decode_items(value, arrays)
+    marker = next((k for k in node if k.startswith("__")), None)
+    if marker is not None:
+        raise TensorFileError(f"its state has an unknown marker {_short(marker)}")
+    return {k: _decode(v, arrays) for k, v in node.items()}
+
+
+def _decode_items(items: list, arrays: _Arrays) -> dict:
+    out = {}
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], (str, int, float, bool))):
+            raise TensorFileError("its state has a malformed __items__ entry")
+        out[item[0]] = _decode(item[1], arrays)
+    return out
+
+
+def _loads(data: bytes) -> dict:
+    header, base = _header(data)
+    arrays = _Arrays(data, _tensor_specs(header, len(data) - base), base)
+    state = _decode(_parse_json(header["__metadata__"]["state"], "its state"), arrays)
     if not isinstance(state, dict):
         raise TensorFileError("its state is not a dict")
-    unused = set(specs) - used
+    unused = arrays.unused()
     if unused:
         raise TensorFileError(f"it holds {len(unused)} tensors its state never refers to (e.g. {_short(min(unused))})")
     return state
