@@ -121,7 +121,7 @@ class GridEnv(GameEnv):
                 f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
                 f"view; this wrapper expects {VIEW}x{VIEW}"
             )
-        fast_view.install(self.unwrapped)  # MiniGrid's own view, computed ~5x faster (same array)
+        fast_view.install(self.unwrapped)  # MiniGrid's own view, the same array, faster (docs/performance.md)
         super().__init__(record_path, fps=RECORD_FPS)
 
     def _obs(self, raw: dict, first: bool = False) -> np.ndarray:
@@ -166,7 +166,7 @@ class GridEnv(GameEnv):
         self._needs_reset = done
         self._record_screen()
         prev_key = self._key
-        if self.state_keys:  # ~30 us a step: only when a gate counts states
+        if self.state_keys:  # costs time every step: only when a gate counts states (docs/performance.md)
             self._key = state_key(self.unwrapped)
         return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated, prev_key)
 

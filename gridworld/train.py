@@ -35,15 +35,15 @@ class GridConfig(TrainConfig):
     paper's 2:1 weighting of extrinsic to intrinsic advantages (ext_coef 2,
     int_coef 1), the non-episodic intrinsic stream discounted with 0.99, the
     predictor trained on a quarter of each minibatch (RND's update_proportion), and
-    SND-STD's InfoNCE on at most 128 pairs per step (``--snd-max-pairs``; 512 made
-    its update 15x slower than PPO's on 2 CPU cores). The intrinsic module sees all
+    SND-STD's InfoNCE on at most 128 pairs per step (``--snd-max-pairs``; its update's
+    cost grows with the pairs: docs/performance.md). The intrinsic module sees all
     3 symbolic channels. Two choices for grids (docs/exploration.md): the intrinsic
     reward is paid only for the first visit of a view within an episode
     (``--int-first-visit``: without it RND farmed novelty by picking up and dropping
     the key), and the SND target trains on a quarter of each minibatch, like the
     predictor (``--target-proportion``: SND's cost per frame close to RND's).
     Envs run in the trainer process (``--num-workers -1``): a MiniGrid step costs
-    ~0.1 ms, less than sending it to a worker.
+    less than sending it to a worker (docs/performance.md).
     """
 
     env_id: str = arg(

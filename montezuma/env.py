@@ -25,8 +25,8 @@ Recipe (Burda et al. 2018, openai/random-network-distillation ``atari_wrappers.p
   on frame 0 or 1 of an agent step, the new stack entry is that last frame alone.
 
 ALEInterface is used directly rather than gymnasium's ``ALE/MontezumaRevenge-v5``
-(frameskip=1): measured on this machine ~12.6k vs ~11.2k frames/s with random
-actions, because the gymnasium env copies an RGB observation on every frame.
+(frameskip=1): it emulates more frames per second, because the gymnasium env copies an
+RGB observation on every frame (docs/performance.md).
 
 ``info``: ``room`` (RAM byte 3, as RND's ``MontezumaInfoWrapper``), ``rooms`` (sorted
 rooms visited this episode, the start room included), ``level`` (RAM byte 57),

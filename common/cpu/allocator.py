@@ -17,10 +17,9 @@ def tune_host_allocator() -> bool:
     Paddle's CPU tensors come from ``malloc``. glibc serves large blocks (above 128 KiB
     to 32 MiB, adaptively) with fresh ``mmap`` pages and unmaps them on free, so every
     activation of every minibatch is page-faulted and zeroed by the kernel again.
-    Measured on the 2-core machine (``docs/performance.md``): ReLU over
-    [48, 32, 42, 42] 2.7 -> 0.75 ms; one Mario PPO minibatch step 82 -> 63 ms at
-    batch 48 and 321 -> 235 ms at batch 192 (whose 43 MiB activations are above any
-    mmap threshold, hence mmap is switched off rather than raised). Freed blocks stay
+    Keeping it makes elementwise kernels and whole minibatch steps faster on CPU, same
+    values (``docs/performance.md``). mmap is switched off rather than its threshold
+    raised: a large minibatch's activations are above any threshold. Freed blocks stay
     on the heap for reuse; RSS stays at the working set's peak (the benchmarks report
     it). Returns whether the settings took effect.
     """

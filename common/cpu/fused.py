@@ -1,12 +1,12 @@
 """Faster CPU building blocks with the same math as the plain Paddle layers.
 
-Profiling Paddle 3.3.1 dygraph on CPU (``docs/performance.md``) found three costs that
-the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
+Profiling Paddle 3.3.1 dygraph on CPU found three costs that the plain ``Conv2D`` +
+``ReLU`` layers leave on the table (each gain below is measured in ``docs/performance.md``):
 
 1. A ``Conv2D`` layer's bias add (a broadcast of ``[1, C, 1, 1]``) and its gradient (a
    reduce over axes 0, 2, 3), plus separate ReLU and ReLU-grad kernels, cost about as
    much as the convolution. ``conv_act`` runs the convolution without bias, then adds a
-   ``[C, 1, 1]`` bias (Paddle's broadcast kernel is 3x faster for that shape) and the
+   ``[C, 1, 1]`` bias (Paddle's broadcast kernel is faster for that shape) and the
    activation in one ``PyLayer`` whose backward gets the bias gradient as a small matrix
    product.
 2. Paddle's CPU convolution kernels are single-threaded (``set_num_threads`` does not
@@ -17,13 +17,12 @@ the plain ``Conv2D`` + ``ReLU`` layers leave on the table:
    linear layers.
 3. The first layer's input (the observation) needs no gradient, but the convolution
    grad kernel always computes one; its weight gradient is computed as one batched
-   matrix product with the ``unfold``-ed input instead (1.5-1.9x faster).
+   matrix product with the ``unfold``-ed input instead (faster, same gradient).
 
 4. Faster still, when the oneDNN library inside Paddle's wheel loads and passes its self-check
    (``common/cpu/onednn.py``): ``conv_stack`` runs the whole stack on oneDNN's kernels,
-   channels-last inside, forward and backward, still in batch shards on threads (Mario's
-   conv stack, forward + backward at batch 192 on 2 cores: 122 -> 58 ms). Points 1-3 are the
-   fallback when it does not.
+   channels-last inside, forward and backward, still in batch shards on threads
+   (docs/performance.md). Points 1-3 are the fallback when it does not.
 
 Parameters are the layers' own, so state dicts and checkpoints are unchanged.
 ``tests/test_fast_update.py`` checks outputs and gradients against the plain layers,
@@ -120,7 +119,8 @@ def unit_floats(obs: np.ndarray) -> paddle.Tensor:
 
     On CPU with oneDNN the values are computed channels-last in numpy and handed to Paddle
     without a copy (DLPack); the tensor is their NCHW view, which the convolutions turn back
-    into channels-last for free (Paddle's cast, divide and that transpose took ~10x longer).
+    into channels-last for free (much faster than Paddle's cast, divide and that transpose;
+    docs/performance.md).
     Same values either way.
     """
     if obs.ndim == 4 and _HAS_DLPACK and onednn.available():  # available(): the speed paths are on here
@@ -133,7 +133,7 @@ def standardize(
     x: paddle.Tensor, mean: paddle.Tensor, inv_std: paddle.Tensor, clip: float, in_place: bool = False
 ) -> paddle.Tensor:
     """``clip((x - mean) * inv_std, -clip, clip)``; ``in_place``: ``x`` is a temporary nobody else
-    holds, so its buffer is reused (1.7x faster on CPU, same values; CPU speed paths only)."""
+    holds, so its buffer is reused (faster on CPU, same values; CPU speed paths only; docs/performance.md)."""
     if in_place and _HAS_INPLACE and switch.on(x, mean, inv_std):
         _C_ops.subtract_(x, mean)
         _C_ops.multiply_(x, inv_std)

@@ -1,8 +1,8 @@
 """Large dense layers on the CPU through numpy's BLAS: ``linear(layer, x)``.
 
 Paddle's CPU matmul runs a ``[32, 3136] x [3136, 512]`` product (the DQN's and RND's dense
-layer) about 3x slower than numpy's BLAS on this machine (docs/performance.md, "The Double
-DQN train step: Adam and the dense layers"). ``linear`` computes ``x @ W + b`` and, in one
+layer) much slower than numpy's BLAS (docs/performance.md, "The Double DQN train step:
+Adam and the dense layers"). ``linear`` computes ``x @ W + b`` and, in one
 ``PyLayer``, its gradients with numpy, reading the weight where Paddle keeps it and writing
 the results straight into Paddle tensors (no copies of the weight or of its gradient). Same
 math as ``nn.Linear`` up to float rounding (``tests/test_fast_update.py``). Small layers stay

@@ -1,10 +1,9 @@
 """The policy's forward pass on numpy + oneDNN primitives, for collection on CPU (``--inference native``).
 
 During collection the policy runs on small batches (Montezuma's 8 envs: 2 per call, one
-call per pipeline group and step) beside the env workers, which hold the cores. At batch 4
-Paddle's dygraph spent more time per call dispatching its ~25 ops than computing them
-(act: 1.6 ms, of which the convolutions' arithmetic is 0.45 ms). This engine runs the same
-network with none of that:
+call per pipeline group and step) beside the env workers, which hold the cores. At such batches
+Paddle's dygraph spends more time per call dispatching its ~25 ops than computing them
+(docs/performance.md). This engine runs the same network with none of that:
 
 * the convolutions on ``common.cpu.onednn``'s primitives (bias + ReLU fused, channels-last,
   weights reordered once per refresh instead of once per call);
@@ -150,7 +149,7 @@ class NativeEngine:
 
     def __call__(self, obs: np.ndarray) -> list[np.ndarray]:
         """uint8[B, C, H, W] -> the network's outputs, float32 numpy arrays in its return order."""
-        x = onednn.unit_floats_channels_last(obs)  # a numpy transpose took 3.5 ms at batch 64
+        x = onednn.unit_floats_channels_last(obs)  # one reorder: faster than a numpy transpose (docs/performance.md)
         return [np.ascontiguousarray(_plain(o), dtype=np.float32) for o in self.net.compute(_ChannelsLast(x), self.run)]
 
     def close(self) -> None:

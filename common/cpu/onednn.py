@@ -1,13 +1,13 @@
 """Convolutions on the oneDNN library that ships inside Paddle's CPU wheel, through its C API.
 
-Paddle's dygraph CPU convolutions are per-sample im2col + small GEMMs (~25-55 GFLOP/s per
-core here), and its own oneDNN kernels are only reached through Paddle Inference (forward
+Paddle's dygraph CPU convolutions are per-sample im2col + small GEMMs, far below the CPU's
+GEMM rate, and its own oneDNN kernels are only reached through Paddle Inference (forward
 only, holding the GIL) or static programs that reorder every tensor between layouts around
 each op (``docs/performance.md``). This module calls ``libdnnl.so.3`` directly with
 ``ctypes``: forward (bias and ReLU/LeakyReLU fused), backward-data and backward-weights (bias
 gradient fused) primitives, with the activations kept channels-last (NHWC) from one layer to
-the next so that nothing is reordered but the small weight tensors. On Mario's 32 -> 32
-3x3/2 layer at batch 96: forward 20.0 -> 5.1 ms, both gradients 35.0 -> 12.5 ms.
+the next so that nothing is reordered but the small weight tensors: faster per layer than
+Paddle's own kernels, forward and backward (docs/performance.md).
 
 ``ctypes`` releases the GIL during each call, so the batch shards of ``common.cpu.fused``
 still run on their own threads; every thread gets its own stream and primitives (oneDNN's
@@ -156,7 +156,8 @@ def _primitive(pd):
 
 class _Bound:
     """A primitive with its memory objects made once: a call re-points only the buffers that moved
-    (creating and destroying them on every call cost ~20 us per primitive, at batch 4 a third of it)."""
+    (creating and destroying them on every call is a large share of a small batch's time;
+    docs/performance.md)."""
 
     def __init__(self, t, prim, arg_mds):
         self.prim, self.stream, self.mems = prim, t["stream"], []
@@ -318,8 +319,8 @@ def u8_to_channels_last_for(n, c, h, w) -> tuple:
 
 def unit_floats_channels_last(obs: np.ndarray) -> np.ndarray:
     """uint8[N, C, H, W] -> float32[N, H, W, C] = obs / 255 (the same values as Paddle's x / 255),
-    channels-last as the convolutions take it: one oneDNN reorder and an in-place divide
-    (Paddle's cast + divide + transpose: ~40 ms for 256 Montezuma frames; this: ~4 ms)."""
+    channels-last as the convolutions take it: one oneDNN reorder and an in-place divide instead of
+    Paddle's cast + divide + transpose (the same values bit for bit, much faster; docs/performance.md)."""
     obs = np.ascontiguousarray(obs, dtype=np.uint8)
     n, c, h, w = obs.shape
     x = np.empty((n, h, w, c), np.float32)

@@ -5,15 +5,16 @@ oneDNN kernels compiled into the same wheel are only selected by Paddle Inferenc
 policy's forward pass during collection (no gradients) a predictor built from the same
 weights fuses the whole network (convolutions, linear layers, the input scaling) on oneDNN,
 with outputs equal to the dygraph network's within ~1e-6 (``tests/test_inference.py``).
-Against Paddle's own kernels it was 2-2.7x faster at batch 64-128; since the dygraph
-convolutions run on oneDNN too (``common/cpu/onednn.py``) the margin is ~1.1x from batch 32
-up, and the bf16 predictor (opt-in) ~2.5x (``benchmarks/inference.py``, docs/performance.md).
+It was faster than Paddle's own kernels at large batches; since the dygraph convolutions run
+on oneDNN too (``common/cpu/onednn.py``) the fp32 predictor is no faster than the training
+network, and only the bf16 predictor (opt-in, not exact) is (``benchmarks/inference.py``,
+docs/performance.md).
 
 ``InferenceEngine(net, obs_shape)`` exports ``net(unit_floats(x))`` once (``paddle.jit.save``
 of the static graph; ``common.cpu.fused`` falls back to the plain layers when traced) and
 ``refresh()`` builds a predictor with the current weights (one parameter file write + a new
-predictor, ~30 ms; ``PPO`` calls it on first use after an update, a first call without one
-builds it). ``engine(x)``
+predictor, timed in docs/performance.md; ``PPO`` calls it on first use after an update, a
+first call without one builds it). ``engine(x)``
 takes ``uint8[B, C, H, W]`` observations, as the rollout stores them, and returns the
 network's outputs as float32 numpy arrays. One thread: collection runs it while the env
 workers hold the cores.
@@ -90,8 +91,8 @@ class InferenceEngine:
     """
 
     #: batches smaller than this stay on the training network: with the convolutions on oneDNN
-    #: (``common.cpu.onednn``) the dygraph forward is as fast below ~32 samples, and the predictor
-    #: costs a ~30 ms refresh per update (``benchmarks/inference.py``, docs/performance.md)
+    #: (``common.cpu.onednn``) the dygraph forward is as fast there, and the predictor costs a
+    #: refresh per update (``benchmarks/inference.py``, docs/performance.md)
     min_batch = 32
 
     def __init__(self, net: nn.Layer, obs_shape, threads: int = 1, precision: str = "fp32"):

@@ -51,7 +51,8 @@ VICREG_EPS = 1e-4
 
 
 # ---------------------------------------------------------------------------------
-# loss terms (pure functions of tensors; paddle.square, not ** 2: Paddle's pow is ~9x slower on the CPU)
+# loss terms (pure functions of tensors; paddle.square, not ** 2: Paddle's pow is slower on the CPU,
+# the same values up to float rounding; docs/performance.md)
 # ---------------------------------------------------------------------------------
 def snd_v_terms(
     z_a: paddle.Tensor, z_b: paddle.Tensor, tau: paddle.Tensor, limit: float = SNDV_MAGNITUDE_LIMIT
@@ -106,8 +107,8 @@ def infonce_loss(scores: paddle.Tensor) -> paddle.Tensor:
         0-D: mean over p and i of ``-log softmax_j(scores[p, i, :])[i]``.
     """
     p, n, _ = scores.shape
-    # = -mean(diagonal(log_softmax(scores))), as one fused cross-entropy: ~8x faster forward + backward on the
-    # CPU than log_softmax + diagonal (docs/exploration.md, cost per frame)
+    # = -mean(diagonal(log_softmax(scores))), as one fused cross-entropy: the same values up to float rounding,
+    # faster forward + backward on the CPU than log_softmax + diagonal (docs/performance.md)
     labels = paddle.arange(n, dtype="int64").tile([p])
     return F.cross_entropy(scores.reshape([p * n, n]), labels)
 

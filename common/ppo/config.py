@@ -39,14 +39,12 @@ class TrainConfig(RunConfig):
     )
     inference: str = arg(
         "native",
-        "what runs the policy's forward passes during collection on CPU: native (the "
-        "same network on oneDNN primitives + numpy, weights copied after every update, "
-        "no Paddle dispatch: outputs equal within ~1e-6, ~1.5x faster at batch 4; networks "
-        "with a compute(x, run) method, else dygraph), onednn (Paddle Inference + "
-        "oneDNN, for batches of 32 or more; no faster than dygraph now, kept for "
-        "comparison), onednn-bf16 (the same in bfloat16 on "
-        "AVX512-BF16/AMX CPUs: outputs within ~1e-3; opt-in), dygraph (the training "
-        "network; always on GPU). See docs/performance.md",
+        "what runs the policy's forward passes during collection: native (the default and "
+        "the fastest exact engine on a CPU: the same network on oneDNN + numpy, same outputs "
+        "up to float rounding; networks without a compute(x, run) method use dygraph), "
+        "dygraph (the training network; always used on GPU), onednn-bf16 (bfloat16, for "
+        "CPUs with AVX512-BF16/AMX; not exact), onednn (the fp32 Paddle Inference predictor, "
+        "for comparison). Timings: docs/performance.md",
         choices=("native", "onednn", "onednn-bf16", "dygraph"),
     )
     allow_world_size_change: bool = arg(

@@ -127,9 +127,9 @@ def _eval_main(conn, module: str, attr: str, cfg_dict: dict) -> None:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # Background work: the training loop comes first, the eval uses what it leaves idle.
-        # Measured on 2 cores (docs/performance.md): end to end unchanged, the loop's own phases
-        # no longer slowed by the eval (collection 185 -> 250 steps/s while an eval runs).
+        # Background work: the training loop comes first, the eval uses what it leaves idle:
+        # end to end unchanged, the loop's own phases (collection) no longer slowed by the eval
+        # (docs/performance.md).
         with contextlib.suppress(AttributeError, OSError):
             os.nice(EVAL_NICENESS)
         spec = getattr(importlib.import_module(module), attr)
