@@ -74,6 +74,7 @@ setup(
             "nbformat>=5",
             "ipykernel>=6",
             "psutil>=5",
+            "selenium>=4.10",  # tests/test_visualdl_browser.py: VisualDL's pages in Debian's chromium + chromedriver
             "ruff==0.17.6",
             "codespell>=2.2",
         ],

@@ -5,23 +5,20 @@
 
 What a user sees of a run is VisualDL's single-page app, not its HTTP API. This script
 starts a real ``visualdl`` server (relative ``--logdir``, ``--language en``: see
-docs/visualdl.md), drives Debian's ``chromium`` over the DevTools protocol and, for each
-dashboard in ``PAGES``, waits until the page's text holds the project's tags and its
-charts are drawn, then saves a screenshot. ``tests/test_visualdl_browser.py`` runs the
-same ``capture`` on the test suite's short run.
+docs/visualdl.md) and, for each dashboard in ``PAGES``, waits until the page's text holds
+the project's tags and its charts are drawn, then saves a screenshot.
+``tests/test_visualdl_browser.py`` runs the same ``capture`` on the test suite's short run.
 
-No dependency beyond the standard library: the DevTools protocol is JSON over a
-WebSocket, and the few lines of RFC 6455 it needs (client frames, masked; the server's
-unmasked, possibly fragmented) are below. Chromium is started with
-``--remote-debugging-port=0`` and a fresh ``--user-data-dir``, where it writes the port
-it chose (``DevToolsActivePort``), and with the flags that keep a headless root
+The browser is driven by Selenium 4 with Debian's ``chromium`` and ``chromedriver``
+(``apt-get install chromium chromium-driver``; ``$CHROMIUM`` and ``$CHROMEDRIVER`` name
+others). Both paths are handed to Selenium, so Selenium Manager never downloads anything,
+and Chromium gets a fresh ``--user-data-dir`` and the flags that keep a headless root
 Chromium off the network (``CHROMIUM_FLAGS``).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import io
 import json
@@ -30,14 +27,19 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+
+from selenium import webdriver
+from selenium.common.exceptions import JavascriptException, NoSuchElementException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,223 +61,59 @@ CHROMIUM_FLAGS = [
 ]
 
 
+def _find(env: str, names) -> str | None:
+    path = os.environ.get(env)
+    if path:
+        return path if os.path.exists(path) else shutil.which(path)
+    return next(filter(None, map(shutil.which, names)), None)
+
+
+def find_chromedriver() -> str | None:
+    """Path of chromedriver (``$CHROMEDRIVER`` first), or None."""
+    return _find("CHROMEDRIVER", ("chromedriver",))
+
+
 def find_chromium() -> str | None:
-    """Path of a Chromium/Chrome binary (``$CHROMIUM`` first), or None."""
-    env = os.environ.get("CHROMIUM")
-    if env:
-        return env if os.path.exists(env) else shutil.which(env)
-    for name in CHROMIUM_CANDIDATES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+    """Path of a Chromium/Chrome binary (``$CHROMIUM`` first), or None: also None without a chromedriver."""
+    return _find("CHROMIUM", CHROMIUM_CANDIDATES) if find_chromedriver() else None
 
 
-# ------------------------------------------------------------------ a minimal WebSocket client (RFC 6455)
-class WebSocket:
-    """Blocking text-frame WebSocket client: enough for the DevTools protocol on localhost."""
+class Chromium(webdriver.Chrome):
+    """A headless Chromium with a ``width`` x ``height`` page, driven by Selenium through chromedriver.
 
-    def __init__(self, url: str, timeout: float = 30.0):
-        u = urllib.parse.urlparse(url)
-        self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(
-            (
-                f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise ConnectionError("websocket handshake: connection closed")
-            head += chunk
-        head, self._buf = head.split(b"\r\n\r\n", 1)
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise ConnectionError(f"websocket handshake refused: {head.decode(errors='replace')}")
+    ``timeout``: seconds a script may run in the page; ``driver``: chromedriver (default: ``find_chromedriver()``).
+    """
 
-    def _read(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            chunk = self.sock.recv(max(65536, n - len(self._buf)))
-            if not chunk:
-                raise ConnectionError("websocket closed by the peer")
-            self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
-
-    def _send_frame(self, opcode: int, payload: bytes) -> None:
-        n = len(payload)
-        head = bytes([0x80 | opcode])
-        if n < 126:
-            head += bytes([0x80 | n])
-        elif n < 1 << 16:
-            head += bytes([0x80 | 126]) + struct.pack("!H", n)
-        else:
-            head += bytes([0x80 | 127]) + struct.pack("!Q", n)
-        mask = os.urandom(4)
-        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self.sock.sendall(head + mask + masked)
-
-    def send(self, text: str) -> None:
-        self._send_frame(0x1, text.encode())
-
-    def recv(self) -> str:
-        message = b""
-        while True:
-            b0, b1 = self._read(2)
-            opcode, n = b0 & 0x0F, b1 & 0x7F
-            if n == 126:
-                n = struct.unpack("!H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack("!Q", self._read(8))[0]
-            mask = self._read(4) if b1 & 0x80 else None
-            payload = self._read(n)
-            if mask:
-                payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-            if opcode == 0x8:
-                raise ConnectionError("websocket closed by the peer")
-            if opcode == 0x9:
-                self._send_frame(0xA, payload)
-                continue
-            if opcode in (0x0, 0x1, 0x2):
-                message += payload
-                if b0 & 0x80:
-                    return message.decode()
-
-    def settimeout(self, seconds: float) -> None:
-        self.sock.settimeout(seconds)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._send_frame(0x8, b"")
-        self.sock.close()
-
-
-# ------------------------------------------------------------------ Chromium over the DevTools protocol
-class BrowserError(RuntimeError):
-    pass
-
-
-class Chromium:
-    """A headless Chromium with one page, driven over the DevTools protocol."""
-
-    def __init__(self, binary: str, width: int = 1280, height: int = 860, timeout: float = 60.0):
+    def __init__(
+        self, binary: str, width: int = 1280, height: int = 860, timeout: float = 60.0, driver: str | None = None
+    ):
         self.profile = tempfile.mkdtemp(prefix="vdl-chromium-")
-        self.log = open(os.path.join(self.profile, "chromium.log"), "wb")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={self.profile}",
-                "--remote-debugging-port=0",
-                "--remote-debugging-address=127.0.0.1",
-                f"--window-size={width},{height}",
-                "about:blank",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._next_id = 0
-        self.ws = None
+        options = webdriver.ChromeOptions()
+        options.binary_location = binary
+        for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}"]:
+            options.add_argument(flag)
         try:
-            port = self._devtools_port(timeout)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version", timeout=timeout) as r:
-                ws_url = json.loads(r.read())["webSocketDebuggerUrl"]
-            self.ws = WebSocket(ws_url, timeout=timeout)
-            target = self.call("Target.createTarget", url="about:blank")["targetId"]
-            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-            self.page("Page.enable")
-            self.page("Runtime.enable")
-            self.page(
-                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
-            )
+            super().__init__(options=options, service=Service(executable_path=driver or find_chromedriver()))
         except BaseException:
-            self.close()
+            shutil.rmtree(self.profile, ignore_errors=True)
+            raise
+        try:
+            self.set_script_timeout(timeout)
+            # The page itself is width x height (the window's would be smaller by the headless window frame).
+            self.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            )
+            self.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_CANVAS_TEXT})
+        except BaseException:
+            self.quit()
             raise
 
-    def _devtools_port(self, timeout: float) -> int:
-        path = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BrowserError(f"chromium exited with {self.proc.returncode}: {self.log_tail()}")
-            with contextlib.suppress(OSError, ValueError):
-                with open(path) as f:
-                    return int(f.readline())
-            time.sleep(0.2)
-        raise BrowserError(f"chromium did not open its DevTools port within {timeout:.0f} s: {self.log_tail()}")
-
-    def log_tail(self, n: int = 2000) -> str:
-        self.log.flush()
-        with open(self.log.name, "rb") as f:
-            return f.read()[-n:].decode(errors="replace")
-
-    def call(self, method: str, session: str | None = None, timeout: float = 60.0, **params) -> dict:
-        self._next_id += 1
-        msg = {"id": self._next_id, "method": method, "params": params}
-        if session:
-            msg["sessionId"] = session
-        self.ws.send(json.dumps(msg))
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BrowserError(f"{method}: no answer within {timeout:.0f} s")
-            self.ws.settimeout(left)
-            try:
-                reply = json.loads(self.ws.recv())
-            except socket.timeout:
-                raise BrowserError(f"{method}: no answer within {timeout:.0f} s") from None
-            if reply.get("id") == self._next_id:  # everything else is an event: not needed
-                if "error" in reply:
-                    raise BrowserError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-
-    def page(self, method: str, timeout: float = 60.0, **params) -> dict:
-        return self.call(method, session=self.session, timeout=timeout, **params)
-
-    def evaluate(self, expression: str):
-        r = self.page("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            details = r["exceptionDetails"]
-            raise BrowserError(f"{expression[:60]!r}...: {details.get('exception', {}).get('description') or details}")
-        return r["result"].get("value")
-
-    def navigate(self, url: str) -> None:
-        r = self.page("Page.navigate", url=url)
-        if r.get("errorText"):
-            raise BrowserError(f"{url}: {r['errorText']}")
-
-    def press(self, key: str, code: int, times: int = 1) -> None:
-        """Press a key (DOM ``key`` name, Windows virtual key code) on the focused element."""
-        for _ in range(times):
-            for kind in ("keyDown", "keyUp"):
-                self.page("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code)
-
-    def screenshot(self) -> bytes:
-        return base64.b64decode(self.page("Page.captureScreenshot", format="png")["data"])
-
-    def close(self) -> None:
-        if self.ws is not None:
-            with contextlib.suppress(Exception):
-                self.call("Browser.close", timeout=10)
-            self.ws.close()
+    def quit(self) -> None:
         try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # its own process group (start_new_session)
-            self.proc.wait(timeout=15)
-        self.log.close()
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+            super().quit()  # the session, then chromedriver
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ the VisualDL server
@@ -350,42 +188,41 @@ for (const C of [window.CanvasRenderingContext2D, window.OffscreenCanvasRenderin
 }
 """
 
-# What the page shows, as JSON: its text, the canvas text, the tag groups (name, number of
-# tags, expanded), the loaded images and each canvas (size, kind, whether anything is drawn).
-SNAPSHOT = """(() => {
-  const groups = [...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
-    .map(h => [h.textContent.trim(), parseInt(h.parentElement.querySelector('.total').textContent, 10),
-               !!h.parentElement.nextElementSibling]);
-  const images = [...document.images].filter(i => !i.src.endsWith('.svg'))
-    .map(i => ({src: i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}));
-  const canvases = [...document.querySelectorAll('canvas')].map(c => {
-    const r = c.getBoundingClientRect();
-    let kind = 'webgl', inked = null;
-    try {
-      const ctx = c.getContext('2d');
-      if (ctx && c.width && c.height) {
-        kind = '2d';
-        const px = ctx.getImageData(0, 0, c.width, c.height).data;
-        inked = false;
-        for (let i = 3; i < px.length; i += 4) if (px[i] > 0) { inked = true; break; }
-      }
-    } catch (e) { kind = 'unreadable'; }
-    return {kind, inked, width: c.width, height: c.height, rect: [r.x, r.y, r.width, r.height]};
-  });
-  // VisualDL's drop-downs: a label, then the select (its value's title, then a .list of options).
-  const selects = Object.fromEntries([...document.querySelectorAll('.list')].filter(l => l.parentElement.previousElementSibling)
-    .map(l => [l.parentElement.previousElementSibling.textContent.trim(), l.parentElement.firstElementChild.getAttribute('title')]));
-  return JSON.stringify({text: document.body ? document.body.innerText : '', drawn: [...(window.__drawnText || [])], groups, images,
-                         canvases, selects, url: location.pathname});
-})()"""
+# What the page shows: its text, the canvas text, the tag groups (name, number of tags,
+# expanded), the loaded images and each canvas (size, kind, whether anything is drawn).
+SNAPSHOT = """
+const groups = [...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
+  .map(h => [h.textContent.trim(), parseInt(h.parentElement.querySelector('.total').textContent, 10),
+             !!h.parentElement.nextElementSibling]);
+const images = [...document.images].filter(i => !i.src.endsWith('.svg'))
+  .map(i => ({src: i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight}));
+const canvases = [...document.querySelectorAll('canvas')].map(c => {
+  const r = c.getBoundingClientRect();
+  let kind = 'webgl', inked = null;
+  try {
+    const ctx = c.getContext('2d');
+    if (ctx && c.width && c.height) {
+      kind = '2d';
+      const px = ctx.getImageData(0, 0, c.width, c.height).data;
+      inked = false;
+      for (let i = 3; i < px.length; i += 4) if (px[i] > 0) { inked = true; break; }
+    }
+  } catch (e) { kind = 'unreadable'; }
+  return {kind, inked, width: c.width, height: c.height, rect: [r.x, r.y, r.width, r.height]};
+});
+// VisualDL's drop-downs: a label, then the select (its value's title, then a .list of options).
+const selects = Object.fromEntries([...document.querySelectorAll('.list')].filter(l => l.parentElement.previousElementSibling)
+  .map(l => [l.parentElement.previousElementSibling.textContent.trim(), l.parentElement.firstElementChild.getAttribute('title')]));
+return {text: document.body ? document.body.innerText : '', drawn: [...(window.__drawnText || [])], groups, images,
+        canvases, selects, url: location.pathname};
+"""
 
-# Clicks the innermost visible element whose whole text is ``text``; returns whether one was found.
-CLICK_TEXT = """((text) => {
-  const hits = [...document.querySelectorAll('body *')].filter(e => e.offsetParent !== null && e.textContent.trim() === text);
-  if (!hits.length) return false;
-  hits[hits.length - 1].click();
-  return true;
-})"""
+# Clicks the innermost visible element whose whole text is ``arguments[0]``; returns whether one was found.
+CLICK_TEXT = """
+const hits = [...document.querySelectorAll('body *')].filter(e => e.offsetParent !== null && e.textContent.trim() === arguments[0]);
+if (hits.length) hits[hits.length - 1].click();
+return hits.length > 0;
+"""
 
 # The high-dimensional page's own parser (VisualDL's resource/high-dimensional/parser.js) run on
 # the first embedding, with the page's limits per projection (pages/high-dimensional.js: PCA
@@ -393,7 +230,7 @@ CLICK_TEXT = """((text) => {
 # projection are all zero. VisualDL 2.5.3 samples the dimensions of wider data with
 # ``d[c + f] = ...`` instead of ``d[c * dim + f]``, so for PCA every row but the first one or
 # two stays zero and the scatter plot shows two or three points (docs/visualdl.md).
-EMBEDDING_INPUT = """(async () => {
+EMBEDDING_INPUT = """return (async () => {
   const {parseFromBlob} = await import('/app/_dist_/resource/high-dimensional/parser.js');
   const api = '/app/api/embedding/';
   const e = (await (await fetch(api + 'list')).json()).data[0];
@@ -407,20 +244,21 @@ EMBEDDING_INPUT = """(async () => {
     for (let i = 0; i < r.count; i++) if (r.vectors.subarray(i * r.dimension, (i + 1) * r.dimension).every(v => v === 0)) zero++;
     out[projection] = {count: r.count, dimension: r.dimension, zero_rows: zero};
   }
-  return JSON.stringify(out);
+  return out;
 })()"""
 
-# Picks ``option`` in the drop-down labelled ``label``; returns an error string or "".
-CHOOSE = """((label, option) => {
-  const l = [...document.querySelectorAll('body *')].find(e => e.childElementCount === 0 && e.textContent.trim() === label);
-  const select = l && l.nextElementSibling;
-  if (!select || !select.querySelector('.list')) return 'no drop-down labelled ' + label;
-  const item = [...select.querySelectorAll('.list > *')].find(o => o.getAttribute('title') === option);
-  if (!item) return label + ' has no option ' + option;
-  select.firstElementChild.click();
-  item.click();
-  return '';
-})"""
+# Picks ``arguments[1]`` in the drop-down labelled ``arguments[0]``; returns an error string or "".
+CHOOSE = """
+const [label, option] = arguments;
+const l = [...document.querySelectorAll('body *')].find(e => e.childElementCount === 0 && e.textContent.trim() === label);
+const select = l && l.nextElementSibling;
+if (!select || !select.querySelector('.list')) return 'no drop-down labelled ' + label;
+const item = [...select.querySelectorAll('.list > *')].find(o => o.getAttribute('title') === option);
+if (!item) return label + ' has no option ' + option;
+select.firstElementChild.click();
+item.click();
+return '';
+"""
 
 EXPAND_GROUPS = """[...document.querySelectorAll('h3')].filter(h => h.parentElement.querySelector('.total'))
   .forEach(h => { if (!h.parentElement.nextElementSibling) h.parentElement.click(); })"""
@@ -444,36 +282,28 @@ class View:
 
 
 def snapshot(browser: Chromium) -> dict:
-    out = json.loads(browser.evaluate(SNAPSHOT))
+    out = browser.execute_script(SNAPSHOT)
     out["drawn"] = set(out["drawn"])
     return out
 
 
 def wait_for(browser: Chromium, what: str, ready, timeout: float) -> dict:
-    """Poll the page's snapshot until ``ready(snap)``; BrowserError naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            snap = snapshot(browser)
-        except BrowserError as e:  # e.g. the document is being replaced
-            snap = {
-                "url": "",
-                "groups": [],
-                "images": [],
-                "canvases": [],
-                "selects": {},
-                "text": f"(no snapshot: {e})",
-                "drawn": set(),
-            }
-        if ready(snap):
-            return snap
-        if time.monotonic() > deadline:
-            summary = {k: snap[k] for k in ("url", "groups", "images")}
-            summary["canvases"] = [(c["kind"], c["inked"]) for c in snap["canvases"]]
-            raise BrowserError(
-                f"{what}: not ready after {timeout:.0f} s; page: {summary}; text: {snap['text'][:600]!r}"
-            )
-        time.sleep(0.5)
+    """Poll the page's snapshot until ``ready(snap)``; TimeoutException naming ``what`` and showing the page."""
+    last = {}
+
+    def check(driver):
+        last["snap"] = snap = snapshot(driver)
+        return snap if ready(snap) else None
+
+    try:  # a JavascriptException: the document is being replaced
+        return WebDriverWait(browser, timeout, 0.5, ignored_exceptions=[JavascriptException]).until(check)
+    except TimeoutException:
+        snap = last.get("snap") or {"url": "", "groups": [], "images": [], "canvases": [], "text": "(no snapshot)"}
+        summary = {k: snap[k] for k in ("url", "groups", "images")}
+        summary["canvases"] = [(c["kind"], c["inked"]) for c in snap["canvases"]]
+        raise TimeoutException(
+            f"{what}: not ready after {timeout:.0f} s; page: {summary}; text: {snap['text'][:600]!r}"
+        ) from None
 
 
 def _all_groups_drawn(snap) -> bool:
@@ -489,20 +319,15 @@ def _all_groups_imaged(snap) -> bool:
     return bool(groups) and all(g[2] for g in groups) and len(loaded) >= sum(g[1] for g in groups)
 
 
-def _type(browser: Chromium, selector: str, text: str) -> None:
-    browser.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
-    browser.page("Input.insertText", text=text)
-
-
 def _click(browser: Chromium, text: str) -> None:
-    if not browser.evaluate(f"{CLICK_TEXT}({json.dumps(text)})"):
-        raise BrowserError(f"nothing to click with the text {text!r}")
+    if not browser.execute_script(CLICK_TEXT, text):
+        raise NoSuchElementException(f"nothing to click with the text {text!r}")
 
 
 def _choose(browser: Chromium, label: str, option: str) -> None:
-    error = browser.evaluate(f"{CHOOSE}({json.dumps(label)}, {json.dumps(option)})")
+    error = browser.execute_script(CHOOSE, label, option)
     if error:
-        raise BrowserError(error)
+        raise NoSuchElementException(error)
 
 
 @dataclass
@@ -514,7 +339,7 @@ class Page:
     loaded: callable  # snap -> bool: the data arrived
     expand: str | None = None  # JS that shows every tag
     complete: callable = None  # snap -> bool: everything drawn after ``expand``
-    probe: str | None = None  # JS returning JSON: page-specific facts (``View.probe``)
+    probe: str | None = None  # JS returning page-specific facts (``View.probe``)
     pose: callable = None  # browser -> None: the view of the docs' screenshot
     posed: callable = None  # snap -> bool: the pose is drawn
     settle: float = 1.5  # seconds to wait once posed (animations, a projection running in a worker)
@@ -522,17 +347,14 @@ class Page:
 
 def _pose_scalar(browser):
     # The tutorial's tags and the curiosity signal, side by side, through the tag search box.
-    _type(
-        browser,
-        "input[placeholder^='Search tags']",
-        "^(Training Reward|Eval Extrinsic reward|intrinsic/reward_mean|losses/forward)$",
-    )
+    search = browser.find_element(By.CSS_SELECTOR, "input[placeholder^='Search tags']")
+    search.send_keys("^(Training Reward|Eval Extrinsic reward|intrinsic/reward_mean|losses/forward)$")
 
 
 def _pose_image(browser):
     # The latest evaluation (the step slider starts at the first of the sampled steps).
-    browser.evaluate("document.querySelector('.input-range__slider').focus()")
-    browser.press("ArrowRight", 39, times=12)  # VisualDL keeps 10 samples per tag
+    slider = browser.find_element(By.CSS_SELECTOR, ".input-range__slider")
+    slider.send_keys(Keys.ARROW_RIGHT * 12)  # VisualDL keeps 10 samples per tag
 
 
 def _last_sample(snap) -> bool:
@@ -540,6 +362,7 @@ def _last_sample(snap) -> bool:
     return bool(m) and m.group(1) == m.group(2)
 
 
+# The high-dimensional page's loading messages (locales/en/high-dimensional.json).
 BUSY = (
     "Fetching tensor...",
     "Fetching metadata...",
@@ -547,7 +370,7 @@ BUSY = (
     "Reading metadata...",
     "Parsing data...",
     "Calculating...",
-)  # the high-dimensional page's loading messages (locales/en/high-dimensional.json)
+)
 
 
 def _idle(snap) -> bool:
@@ -638,14 +461,11 @@ def save_png(png: bytes, path: str, colors: int = 128) -> None:
 
 def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: float = 120.0) -> View:
     """Load ``page``, wait for its data, show every tag, record what is shown, pose it and screenshot it."""
-    if not getattr(browser, "records_canvas_text", False):
-        browser.page("Page.addScriptToEvaluateOnNewDocument", source=RECORD_CANVAS_TEXT)
-        browser.records_canvas_text = True
     url = base + page.route
-    browser.navigate(url)
+    browser.get(url)
     snap = wait_for(browser, f"{page.name}: load {url}", page.loaded, timeout)
     if page.expand:
-        browser.evaluate(page.expand)
+        browser.execute_script(page.expand)
         snap = wait_for(browser, f"{page.name}: every tag drawn", page.complete, timeout)
     time.sleep(1.0)  # let the last chart animations settle
     snap = snapshot(browser)
@@ -659,13 +479,13 @@ def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: flo
         canvases=snap["canvases"],
     )
     if page.probe:
-        view.probe = json.loads(browser.evaluate(page.probe))
-    browser.evaluate("window.scrollTo(0, 0)")
+        view.probe = browser.execute_script(page.probe)
+    browser.execute_script("window.scrollTo(0, 0)")
     if page.pose:
         page.pose(browser)
         wait_for(browser, f"{page.name}: posed for the screenshot", page.posed, timeout)
         time.sleep(page.settle)
-    png = browser.screenshot()
+    png = browser.get_screenshot_as_png()
     os.makedirs(out_dir, exist_ok=True)
     view.screenshot = os.path.join(out_dir, f"{page.name}.png")
     save_png(png, view.screenshot)
@@ -678,40 +498,13 @@ def capture(browser: Chromium, base: str, page: Page, out_dir: str, timeout: flo
 
 # ------------------------------------------------------------------ the docs' screenshots
 DOCS_RUN = "mario_1-1_rnd"
-DOCS_FLAGS = [
-    "--world",
-    "1",
-    "--stage",
-    "1",
-    "--num-processes",
-    "2",
-    "--num-workers",
-    "-1",
-    "--num-local-steps",
-    "64",
-    "--batch-size",
-    "2",
-    "--num-epochs",
-    "2",
-    "--num-global-steps",
-    "2560",
-    "--obs-norm-steps",
-    "4",
-    "--eval-interval",
-    "1",
-    "--video-interval",
-    "10",  # the greedy episode's intrinsic reward (eval/intrinsic_along_episode) at updates 10 and 20
-    "--picture-interval",
-    "10",  # where the agent has been (explore/intrinsic_by_x)
-    "--max-eval-steps",
-    "400",
-    "--histogram-interval",
-    "2",
-    "--embedding-interval",
-    "10",
-    "--seed",
-    "1",
-]
+# --video-interval 10: the greedy episode's intrinsic reward (eval/intrinsic_along_episode) at updates 10 and 20;
+# --picture-interval 10: where the agent has been (explore/intrinsic_by_x).
+DOCS_FLAGS = (
+    "--world 1 --stage 1 --num-processes 2 --num-workers -1 --num-local-steps 64 --batch-size 2 --num-epochs 2 "
+    "--num-global-steps 2560 --obs-norm-steps 4 --eval-interval 1 --video-interval 10 --picture-interval 10 "
+    "--max-eval-steps 400 --histogram-interval 2 --embedding-interval 10 --seed 1"
+).split()
 
 
 def main(argv=None) -> int:
@@ -730,7 +523,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     binary = find_chromium()
     if binary is None:
-        p.error("no chromium found: apt-get install -y chromium (or set $CHROMIUM)")
+        p.error("no chromium and chromedriver found: apt-get install -y chromium chromium-driver (or set $CHROMIUM)")
     pages = [PAGES[name] for name in args.pages.split(",")]
     with tempfile.TemporaryDirectory(prefix="vdl-shots-") as tmp:
         parent = os.path.abspath(args.runs) if args.runs else tmp

@@ -4,7 +4,7 @@
 module loads the pages a user opens - Scalars, Samples/Image, Histogram, High Dimensional,
 Hyper Parameters - on the 2-update Mario 1-1 run of the ``mario_run`` fixture, through
 ``benchmarks/visualdl_screenshots.py`` (the script that makes the screenshots of
-docs/visualdl.md): Chromium over the DevTools protocol, standard library only. Chart
+docs/visualdl.md): Chromium driven by Selenium, with Debian's chromium and chromedriver. Chart
 titles are drawn into canvases, not the DOM, so the page records every string drawn into
 a canvas; a page counts as rendered when each tag's chart is drawn (a 2D canvas with
 pixels), each image loaded, and the WebGL scatter plot has pixels on the screenshot.
