@@ -155,6 +155,24 @@ class RolloutBuffer:
         self.adv_ext, self.adv_int = adv_ext, adv_int
         self.advantages = (ext_coef * adv_ext + int_coef * adv_int).astype(np.float32)
 
+    def summary(self) -> dict:
+        """What a log reads of this rollout, after ``compute_returns_and_advantages``: the tutorial's
+        "Training Reward" (the sum over steps of the envs' mean reward), the intrinsic rewards' mean, max
+        and share at the SND clip (>= 1), the advantages' means, and the arrays the histograms and
+        pictures draw: ``actions`` int64[T, N], ``rewards_int``, ``advantages``, ``dones`` float32[T, N]."""
+        return {
+            "training_reward": float(self.rewards_ext.mean(axis=1).sum()),
+            "int_reward_mean": float(self.rewards_int.mean()),
+            "int_reward_max": float(self.rewards_int.max()),
+            "int_reward_clipped_share": float((self.rewards_int >= 1.0).mean()),
+            "adv_ext_mean": float(self.adv_ext.mean()),
+            "adv_int_mean": float(self.adv_int.mean()),
+            "actions": self.actions,
+            "rewards_int": self.rewards_int,
+            "advantages": self.advantages,
+            "dones": self.dones,
+        }
+
     def minibatches(self, num_minibatches: int, rng: np.random.Generator):
         """Yield ``num_minibatches`` dicts over a random permutation of all T*N samples.
 

@@ -39,9 +39,11 @@ from common import cpu  # noqa: E402
 from common.envs.factory import vec_env_for_run  # noqa: E402
 from common.envs.pipeline import Pipeline  # noqa: E402
 from common.intrinsic import intrinsic_for_run  # noqa: E402
+from common.ppo import replica  # noqa: E402
 from common.ppo.actor import Actor  # noqa: E402
 from common.ppo.buffer import RolloutBuffer, rollout_bytes  # noqa: E402
 from common.ppo.evaluation import Evaluations  # noqa: E402
+from common.ppo.log import RolloutNotes, RunLog  # noqa: E402
 from common.ppo.stage import IntrinsicStage  # noqa: E402
 from common.ppo.update import PPO  # noqa: E402
 from common.run import logger as tags  # noqa: E402
@@ -55,7 +57,7 @@ from common.run.checkpoint import (  # noqa: E402
     optimizer_state,
     set_optimizer_state,
 )
-from common.run.logger import Logger, RolloutNotes, RunLog  # noqa: E402
+from common.run.logger import Logger  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
@@ -140,7 +142,7 @@ class Trainer:
             # the right one after --allow-world-size-change (the counters are the old run's)
             left = max(0, cfg.num_global_steps - self.global_step) // self.steps_per_update
             self.num_updates = self.update + left
-        self.world.attach(self)  # a data-parallel replica (common.run.distributed); nothing in one process
+        replica.join(self, self.world)  # a data-parallel replica (common.run.distributed); nothing in one process
         if self.world.is_main:
             self.folder.create(cfg)
             self.logger = Logger(self.run_dir, comment=spec.name, origin=f"--log-path {cfg.log_path!r}")
@@ -431,10 +433,11 @@ class Trainer:
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update
+        rollout = self.buffer.summary()
         messages = self.log.update(
             self.update,
             self.global_step,
-            self.buffer,
+            rollout,
             losses,
             raw_int,
             gate_share=self.int_scale.gate_share,
@@ -449,7 +452,7 @@ class Trainer:
         if notes.labels is not None:
             self.log.embeddings(self.update, self.buffer, notes.labels, self.intrinsic.features, self.rng)
         if notes.records is not None:
-            self.log.picture(self.update, self.buffer, raw_int, notes.records)
+            self.log.picture(self.update, rollout, raw_int, notes.records)
         if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:
             self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
         by_count = bool(cfg.save_interval) and self.update % cfg.save_interval == 0

@@ -250,23 +250,6 @@ class World:
             return rng
         return np.random.Generator(rng.bit_generator.jumped(self.rank))
 
-    def attach(self, trainer) -> None:
-        """Make a ``common.ppo.trainer.Trainer`` one data-parallel replica: per-rank random streams, rank 0's
-        parameters, gradient averaging in its update steps, statistics pooled over the ranks. Nothing
-        in one process."""
-        if not self.distributed:
-            return
-        trainer.rng = self.own_stream(trainer.rng)
-        trainer.ppo.grad_sync = self.gradient_sync("policy")
-        intrinsic = trainer.intrinsic  # what it needs is declared by common.intrinsic.base.IntrinsicModule
-        if intrinsic.rng is not None:
-            intrinsic.rng = self.own_stream(intrinsic.rng)
-        intrinsic.grad_sync = self.gradient_sync("intrinsic")
-        for rms in intrinsic.normalizers():
-            rms.sync = self.pooled_moments
-        trainer.int_scale.rms.sync = self.pooled_moments
-        self.broadcast_layers(trainer.policy, *intrinsic.networks())
-
     def check_checkpoint(self, state: dict, path: str, allow_change: bool) -> None:
         """Refuse a checkpoint written by a run of another world size, unless ``allow_change``."""
         from common.run.checkpoint import CheckpointError
