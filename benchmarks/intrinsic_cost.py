@@ -50,7 +50,7 @@ def cpu_seconds_of(argv, env) -> float:
 
 def measure(task, methods, rounds, short, long, out) -> dict:
     """{method: [CPU ms per frame, one per round]} and the per-round ratios to RND."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = lanes.child_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     per_frame = {m: [] for m in methods}
     for r in range(rounds):
         order = methods if r % 2 == 0 else methods[::-1]

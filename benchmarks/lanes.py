@@ -32,6 +32,14 @@ from common.run.runtime import code_commit  # noqa: F401  (the checkout's commit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def child_env(root=ROOT, **extra) -> dict:
+    """The environment of a process a benchmark starts: this one's, with ``root`` (the checkout the
+    benchmark runs from, e.g. a lane's own clone) first on ``PYTHONPATH``, so that the child imports that
+    checkout's code rather than an installed copy of another, and ``extra`` variables."""
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **{k: str(v) for k, v in extra.items()}}
+
+
 def write_json_atomic(path, obj):
     """Write ``obj`` as indented JSON to ``path`` through a temporary file and a rename (mode as umask says)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -258,7 +266,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     here stops every run (each saves) and waits for it; a run stopped from outside stops the plan too."""
     from common.run.launch import SIGNAL_EXIT
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env = child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     pending = [r for r in plan if not r.done()]
     if say_todo:
         print(f"{len(pending)} runs to do", flush=True)

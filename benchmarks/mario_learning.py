@@ -23,6 +23,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import lanes  # noqa: E402
+
 
 def train_command(args):
     return [
@@ -53,7 +55,7 @@ def train(args):
     cmd = train_command(args)
     print("running:", " ".join(cmd), f"for {args.minutes} minutes", flush=True)
     start = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=lanes.child_env())
     deadline = start + args.minutes * 60
     while proc.poll() is None and time.time() < deadline:
         time.sleep(5)

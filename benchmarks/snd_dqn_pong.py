@@ -212,7 +212,7 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
     cores. So when the last other run finishes, the remaining one is stopped (SIGTERM: it
     saves a checkpoint at that step, with its replay memory) and restarted on all cores.
     """
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env = lanes.child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     todo = [
         (a, k)
         for k in range(seeds)
@@ -277,7 +277,7 @@ def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
 
 def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
     """Train steps/s of each agent over ``steps`` train steps after the warm-up (no evaluation, no checkpoints)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env = lanes.child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     rows = []
     for padding in paddings:
         for agent in agents:

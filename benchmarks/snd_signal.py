@@ -37,6 +37,7 @@ if ROOT not in sys.path:
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
+from benchmarks import lanes  # noqa: E402
 from benchmarks.lanes import (  # noqa: E402  (code_commit: recorded in each summary)
     carry_nice_into_session,
     code_commit,
@@ -122,7 +123,7 @@ def summarize_run(run_dir, module, seed, seconds, argv, commit="unknown") -> dic
 
 
 def run_all(todo, out, results):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = lanes.child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     for module, seed, sizes in todo:
         argv = command(module, seed, sizes, out)
         name = run_name(module, seed)

@@ -49,6 +49,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.lanes import child_env  # noqa: E402
+
 
 # ----------------------------------------------------------------------------- children
 def child_project(game: str, argv: list[str], out: str) -> None:
@@ -175,8 +177,13 @@ def run_child(args: list[str], label: str, cwd: str = ROOT) -> tuple[dict, float
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     print(f"  running {label} ...", flush=True)
-    proc = subprocess.Popen(
-        [sys.executable, *args, out], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    proc = subprocess.Popen(  # the code of ``cwd`` (this checkout, or the compared commit's worktree)
+        [sys.executable, *args, out],
+        cwd=cwd,
+        env=child_env(cwd),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     ps = psutil.Process(proc.pid)
     peak = [0]

@@ -28,13 +28,14 @@ import os
 import sys
 import tempfile
 
+from common.run import games
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "zoo")
 MAX_BYTES = 25 * 1024 * 1024
 #: the checkpoint entries a zoo file keeps (PPO's and DQN's counters both)
 KEPT = ("game", "config", "intrinsic_name", "agent", "update", "global_step", "env_steps", "policy", "intrinsic")
 #: the game -> the module whose ``SPEC`` describes it
-GAMES = {"mario": "mario.train", "montezuma": "montezuma.train", "gridworld": "gridworld.train", "pong": "pong.train"}
 #: config fields a card lists, where the config has them
 CARD_SETTINGS = (
     "recipe",
@@ -56,13 +57,6 @@ CARD_SETTINGS = (
 )
 
 
-def spec_of(game: str):
-    """The ``GameSpec`` of ``game`` (one of ``GAMES``)."""
-    if game not in GAMES:
-        raise ValueError(f"game {game!r} is not one of {', '.join(GAMES)}")
-    return importlib.import_module(GAMES[game]).SPEC
-
-
 def weights_only(state: dict) -> dict:
     """The parts of a training checkpoint ``state`` that playing and plotting need (``KEPT``), with the
     intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
@@ -78,7 +72,7 @@ def weights_only(state: dict) -> dict:
 
 def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:
     """Play ``path`` once with the game's own ``<game>/play.py`` (``--policy greedy|sample``); returns its result."""
-    spec_of(game)  # a known game
+    games.spec_of(game)  # a known game
     play = importlib.import_module(f"{game}.play").main
     argv = ["--checkpoint", path, "--seed", str(seed), "--policy", policy]
     if output:
@@ -111,7 +105,7 @@ def export(
     from common.run.checkpoint import check_compatible, load_checkpoint, save_checkpoint
     from common.run.runtime import code_commit
 
-    spec = spec_of(game)
+    spec = games.spec_of(game)
     state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
     check_compatible(state, spec.name, {}, checkpoint)
     path = os.path.join(zoo, name + ".pdparams")
@@ -171,7 +165,7 @@ def check_card(card, path: str, zoo: str = ZOO) -> dict:
         return type(v) in (int, float) and lo <= v <= hi
 
     need(isinstance(card, dict), "(the card)", "a JSON object")
-    need(card.get("game") in GAMES, "game", f"one of {', '.join(GAMES)}")
+    need(card.get("game") in games.names(), "game", f"one of {', '.join(games.names())}")
     for key in ("name", "level", "file", "play", "note"):
         need(isinstance(card.get(key, ""), str) and len(card.get(key, "")) <= 1000, key, "a string")
     name = card.get("file", "")
@@ -262,7 +256,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", help="write a zoo file and its card from a training checkpoint")
-    e.add_argument("--game", required=True, choices=tuple(GAMES))
+    e.add_argument("--game", required=True, choices=games.names())
     e.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
     e.add_argument("--name", required=True, help="the zoo entry's name: zoo/<name>.pdparams and zoo/<name>.json")
     e.add_argument("--hours", type=float, default=None, help="wall hours its training took on the 2-core machine")

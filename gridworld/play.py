@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __package__ in (None, ""):  # `python gridworld/play.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.ppo.play import play  # noqa: E402
-from gridworld.train import SPEC  # noqa: E402
+from common.ppo.play import play
+from gridworld.train import SPEC
 
 
 def main(argv=None):

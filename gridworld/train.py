@@ -8,18 +8,13 @@ the RND paper's two-stream advantages; see ``GridConfig`` for each choice.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from dataclasses import dataclass
 
-if __package__ in (None, ""):  # `python gridworld/train.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.ppo.config import TrainConfig  # noqa: E402
-from common.run.config import arg, default, need  # noqa: E402
-from common.run.game import GameSpec  # noqa: E402
-from gridworld import pictures  # noqa: E402
-from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id  # noqa: E402
+from common.ppo.config import TrainConfig
+from common.run.config import arg, default, need
+from common.run.game import GameSpec
+from gridworld import pictures
+from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id
 
 
 @dataclass

@@ -9,18 +9,13 @@ ours (the tutorial's RND never reached the advantages), see ``MarioConfig``.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from dataclasses import dataclass
 
-if __package__ in (None, ""):  # `python mario/train.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.ppo.config import TrainConfig  # noqa: E402
-from common.run.config import Recipe, arg, default  # noqa: E402
-from common.run.game import GameSpec  # noqa: E402
-from mario import pictures  # noqa: E402
-from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env  # noqa: E402
+from common.ppo.config import TrainConfig
+from common.run.config import Recipe, arg, default
+from common.run.game import GameSpec
+from mario import pictures
+from mario.env import ACTION_SETS, OBS_SIZE, STACK, make_env
 
 
 @dataclass

@@ -7,14 +7,8 @@ labelled with the update of its first visit), the rooms of the played episode ou
 
 from __future__ import annotations
 
-import os
-import sys
-
-if __package__ in (None, ""):  # `python montezuma/play.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.ppo.play import play  # noqa: E402
-from montezuma.train import SPEC  # noqa: E402
+from common.ppo.play import play
+from montezuma.train import SPEC
 
 
 def add_map_flag(parser) -> None:

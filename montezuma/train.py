@@ -13,18 +13,13 @@ envs, which beats one process per env). Small-machine settings: docs/usage.md, "
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from dataclasses import dataclass
 
-if __package__ in (None, ""):  # `python montezuma/train.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.ppo.config import TrainConfig  # noqa: E402
-from common.run.config import Recipe, arg, default  # noqa: E402
-from common.run.game import GameSpec  # noqa: E402
-from montezuma import pictures  # noqa: E402
-from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env, rooms_mask  # noqa: E402
+from common.ppo.config import TrainConfig
+from common.run.config import Recipe, arg, default
+from common.run.game import GameSpec
+from montezuma import pictures
+from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env, rooms_mask
 
 
 @dataclass

@@ -52,6 +52,7 @@ def params_cell(extra: str = ""):
 SETUP = code("""
     # Setup: go to the repository and install what is missing (nothing, where the project is installed).
     # On AI Studio, clone or unzip the repository once into /home/aistudio/work (that folder survives restarts).
+    import importlib.metadata
     import importlib.util
     import sys
 
@@ -68,6 +69,10 @@ SETUP = code("""
 
     NEEDED = ["paddle", "nes_py", "gym_super_mario_bros", "ale_py", "gymnasium", "visualdl", "imageio_ffmpeg", "cv2"]
     missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    try:  # the game scripts (`!python mario/train.py`) import the project as an installed package
+        importlib.metadata.version("paddle-curiosity")
+    except importlib.metadata.PackageNotFoundError:
+        missing.append("paddle-curiosity")
     if missing:
         print("missing:", missing, "-> pip install")
         # AI Studio ships paddlepaddle-gpu: install the CPU build only where there is no Paddle at all.

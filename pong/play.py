@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-if __package__ in (None, ""):  # `python pong/play.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from pong.train import SPEC  # noqa: E402
+from pong.train import SPEC
 
 
 def main(argv=None) -> dict:

@@ -17,17 +17,12 @@ SND: reward = extrinsic + 0.5 x intrinsic. Deviations are listed in docs/deviati
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from dataclasses import dataclass
 
-if __package__ in (None, ""):  # `python pong/train.py` from a checkout: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from common.dqn.config import DQNConfig  # noqa: E402
-from common.run.config import arg  # noqa: E402
-from common.run.game import GameSpec  # noqa: E402
-from pong.env import ACTIONS, OBS_SIZE, PongEnv, make_env  # noqa: E402
+from common.dqn.config import DQNConfig
+from common.run.config import arg
+from common.run.game import GameSpec
+from pong.env import ACTIONS, OBS_SIZE, PongEnv, make_env
 
 
 @dataclass

@@ -11,8 +11,9 @@ import pytest
 
 pytest.importorskip("paddle")
 
-from common.ppo.evaluation import BackgroundEvaluator, EvalProcessError, spec_module  # noqa: E402
+from common.ppo.evaluation import BackgroundEvaluator, EvalProcessError  # noqa: E402
 from common.ppo.trainer import Trainer  # noqa: E402
+from common.run import games  # noqa: E402
 from common.run.checkpoint import load_checkpoint  # noqa: E402
 from mario.train import SPEC as MARIO  # noqa: E402
 from mario.train import MarioConfig
@@ -75,8 +76,11 @@ def test_success_checkpoint_holds_the_evaluated_policy(tmp_path):
         np.testing.assert_array_equal(np.asarray(solved["policy"][k]), np.asarray(v))
 
 
-def test_spec_module_names_the_game_module():
-    assert spec_module(MARIO) == "mario.train"
+def test_the_games_registry_names_each_games_module():
+    assert games.spec_module(MARIO.name) == "mario.train"
+    assert all(games.spec_of(name).name == name for name in games.names())
+    with pytest.raises(ValueError, match="not one of mario"):
+        games.spec_module("tetris")
 
 
 def test_eval_process_errors_surface_with_their_traceback():

@@ -43,7 +43,6 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
-import sys
 import time
 import traceback
 
@@ -51,6 +50,7 @@ import numpy as np
 
 from common.envs.workers import describe_exitcode, worker_launch
 from common.intrinsic.base import episode_rewards
+from common.run import games
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
 
@@ -299,7 +299,7 @@ class Evaluations:
             if self._pending is not None:  # the run is stopping: no new episode
                 return
             if self._background is None:
-                self._background = BackgroundEvaluator(spec_module(self.spec), self.cfg.to_dict())
+                self._background = BackgroundEvaluator(games.spec_module(self.spec.name), self.cfg.to_dict())
             weights = {k: v.numpy() for k, v in snapshot["policy"].items()}
             self._background.submit(weights, seed, record_path, along)
             self._pending = snapshot
@@ -399,33 +399,4 @@ class Evaluations:
         return episode_rewards(self._intrinsic, stacks, actions)
 
 
-def spec_module(spec) -> str:
-    """The importable module that defines ``spec`` as ``SPEC`` (``mario.train``), for the eval process.
-
-    Found from the spec's ``make_policy``; when that is the running script (``python mario/train.py``),
-    from the script's path under the first ``sys.path`` entry that reaches it through packages.
-    """
-    name = spec.make_policy.__module__
-    if name != "__main__":
-        return name
-    main = sys.modules["__main__"]
-    if getattr(main, "__spec__", None) is not None and main.__spec__.name:  # python -m mario.train
-        return main.__spec__.name
-    path = os.path.splitext(os.path.abspath(main.__file__))[0]
-    best = None
-    for root in sys.path:
-        root = os.path.abspath(root or os.curdir)
-        if not path.startswith(root + os.sep):
-            continue
-        parts = os.path.relpath(path, root).split(os.sep)
-        if all(os.path.isfile(os.path.join(root, *parts[:i], "__init__.py")) for i in range(1, len(parts))):
-            if best is None or len(parts) > len(best):
-                best = parts
-    if best is None:
-        raise RuntimeError(
-            f"cannot find an importable module name for {main.__file__}; run with --no-eval-in-background"
-        )
-    return ".".join(best)
-
-
-__all__ = ["BackgroundEvaluator", "EvalProcessError", "EvalProcessLost", "Evaluations", "spec_module"]
+__all__ = ["BackgroundEvaluator", "EvalProcessError", "EvalProcessLost", "Evaluations"]
