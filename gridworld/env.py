@@ -20,9 +20,9 @@ full set so every task uses the same policy head (standard in the literature).
 
 Reward: MiniGrid's own, ``1 - 0.9 * steps / max_steps`` on success, else 0;
 episodes end on success or at the task's ``max_steps`` (time limit, also ``done``; PPO ends the
-return at both, ``common/ppo/buffer.py``).
+return at both unless ``--bootstrap-truncated``, ``common/ppo/buffer.py``).
 ``info``: ``success`` (bool, the episode ended with reward > 0), ``steps``,
-``truncated``, ``carrying`` (object name or ""), ``agent_pos`` (x, y); with ``state_keys``,
+``TimeLimit.truncated``, ``carrying`` (object name or ""), ``agent_pos`` (x, y); with ``state_keys``,
 ``prev_state_key`` and ``state_key`` (int64 keys of the full grid before and after the step:
 ``--first-visit-key state``).
 ``frame_stack`` > 1 stacks the last views, the newest last (a new episode fills the stack with its
@@ -42,6 +42,7 @@ import hashlib
 
 import numpy as np
 
+from common.envs.frames import FrameStack
 from common.envs.game_env import GameEnv
 from gridworld import fast_view
 
@@ -110,8 +111,8 @@ class GridEnv(GameEnv):
         validate_env_id(env_id)
         if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 16:
             raise ValueError(f"frame_stack must be an integer from 1 to 16, got {frame_stack!r}")
-        self.observation_shape = (CHANNELS * frame_stack, VIEW, VIEW)
-        self.views = np.zeros(self.observation_shape, np.uint8)
+        self.stack = FrameStack(frame_stack, (CHANNELS, VIEW, VIEW), fill="repeat")
+        self.observation_shape = self.stack.shape
         self.state_keys, self._key = bool(state_keys), 0
         self.env_id = env_id
         self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
@@ -127,12 +128,8 @@ class GridEnv(GameEnv):
     def _obs(self, raw: dict, first: bool = False) -> np.ndarray:
         # MiniGrid's image is indexed [x, y, channel]; make it [channel, y, x] (an upright picture)
         view = np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0)
-        if first:  # an episode starts with its first view in every slot of the stack
-            self.views[:] = np.tile(view, (len(self.views) // CHANNELS, 1, 1))
-        else:
-            self.views[:-CHANNELS] = self.views[CHANNELS:]
-            self.views[-CHANNELS:] = view
-        return self.views.copy()
+        # an episode starts with its first view in every slot of the stack
+        return self.stack.reset(view) if first else self.stack.push(view)
 
     def _record_screen(self):
         if self._recorder is not None:  # rendering costs time: only when recording
@@ -145,7 +142,7 @@ class GridEnv(GameEnv):
             **keys,
             "success": bool(terminated and reward > 0),
             "steps": int(u.step_count),
-            "truncated": bool(truncated and not terminated),
+            "TimeLimit.truncated": bool(truncated and not terminated),
             "carrying": u.carrying.type if u.carrying is not None else "",
             "agent_pos": (int(u.agent_pos[0]), int(u.agent_pos[1])),
         }

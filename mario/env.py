@@ -36,8 +36,8 @@ The emulator is deterministic: ``reset(seed)`` accepts a seed for API symmetry w
 Montezuma but the trajectory depends only on the actions.
 
 Done semantics (gym-super-mario-bros single-stage env): the episode ends when Mario
-starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal. PPO treats
-every end alike, the clock's included (``common/ppo/buffer.py``).
+starts dying (enemy, pit, time out) or gets the flag; losing a life is terminal. The game's clock
+running out is a death here, not a time limit: ``info`` never says ``TimeLimit.truncated``.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import ctypes
 import io
 import sys
 
-import cv2
 import numpy as np
 
+from common.envs.frames import FrameSkip, FrameStack, GrayResize
 from common.envs.game_env import GameEnv
 
 OBS_SIZE = 84
@@ -147,6 +147,9 @@ ACTION_SETS: dict[str, list] = {
 }
 
 
+GRAY = GrayResize(OBS_SIZE, "linear")  # the tutorial's cv2 RGB2GRAY and cv2.resize (default INTER_LINEAR)
+
+
 def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
     """RGB ``[240, 256, 3]`` uint8 -> gray 84x84 uint8 ``[1, 84, 84]``.
 
@@ -157,13 +160,7 @@ def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
     """
     if frame_rgb is None:
         return np.zeros((1, OBS_SIZE, OBS_SIZE), dtype=np.uint8)
-    # nes-py's screen is a strided (channel-reversed) view into emulator memory.
-    return _shrink(cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2GRAY))
-
-
-def _shrink(gray: np.ndarray) -> np.ndarray:
-    """gray uint8[240, 256] -> uint8[1, 84, 84] (cv2's default INTER_LINEAR)."""
-    return cv2.resize(gray, (OBS_SIZE, OBS_SIZE))[None, :, :]
+    return GRAY(frame_rgb)[None]
 
 
 def bgrx_view(screen: np.ndarray) -> np.ndarray | None:
@@ -228,15 +225,18 @@ class MarioEnv(GameEnv):
         super().__init__(record_path, fps=RECORD_FPS)
         raw, self.env = make_stage(self.world, self.stage, self.actions)
         self.unwrapped = raw
-        self.states = np.zeros(self.observation_shape, dtype=np.uint8)
+        # the tutorial's CustomSkipFrame: 4 frames, the max of the last two gray frames, a stack of 4
+        self.skip = FrameSkip(FRAME_SKIP, pool=2)
+        self.stack = FrameStack(STACK, (OBS_SIZE, OBS_SIZE), fill="repeat")
         self.curr_score = 0
         self._bgrx = bgrx_view(raw.screen)  # the screen's memory, read in place (None: copy the RGB view)
+        self._frame, self._info = None, {}
 
     def _gray(self, frame) -> np.ndarray:
-        """``process_frame(frame)`` for the emulator's current screen ``frame``, read in place where possible."""
+        """``process_frame(frame)[0]`` for the emulator's current screen ``frame``, read in place where possible."""
         if self._bgrx is None:
-            return process_frame(frame)
-        return _shrink(cv2.cvtColor(self._bgrx, cv2.COLOR_BGRA2GRAY))
+            return GRAY(frame)
+        return GRAY.from_bgrx(self._bgrx)
 
     # -- the tutorial's CustomReward, one emulator frame --------------------------------
     def _frame_step(self, action: int):
@@ -261,24 +261,18 @@ class MarioEnv(GameEnv):
     # -- the tutorial's CustomSkipFrame ---------------------------------------------------
     def step(self, action: int):
         action = self._begin_step(action)
-        total_reward = 0.0
-        last_states = []
-        done, info, frame = False, {}, None
-        for i in range(FRAME_SKIP):
-            frame, reward, done, info = self._frame_step(action)
-            total_reward += reward
-            if i >= FRAME_SKIP - 2:  # the tutorial: `if i >= self.skip / 2` with skip 4
-                last_states.append(self._gray(frame))
-            if done:
-                break
-        if not last_states:  # ended on frame 0 or 1: the terminal frame alone
-            last_states.append(self._gray(frame))
-        self.states[:-1] = self.states[1:]
-        self.states[-1] = np.max(np.concatenate(last_states, 0), 0)
+
+        def act(_i):
+            self._frame, reward, done, self._info = self._frame_step(action)
+            return reward, done
+
+        # the tutorial pools `if i >= self.skip / 2` with skip 4: the last two frames, after gray-resizing
+        pooled, total_reward, done, _ = self.skip.step(act, lambda _k: self._gray(self._frame))
+        obs = self.stack.push(pooled)
         if done:
             self._needs_reset = True
-        info = {k: _plain(v) for k, v in info.items()}
-        return self.states.copy(), float(total_reward), bool(done), info
+        info = {k: _plain(v) for k, v in self._info.items()}
+        return obs, float(total_reward), bool(done), info
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Start an episode; ``seed`` is accepted and ignored (deterministic emulator)."""
@@ -286,9 +280,8 @@ class MarioEnv(GameEnv):
         frame = self.env.reset()
         self._record(frame)
         self.curr_score = 0
-        self.states = np.repeat(self._gray(frame), STACK, axis=0)
         self._needs_reset = False
-        return self.states.copy()
+        return self.stack.reset(self._gray(frame))
 
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[240, 256, 3]`` RGB (a copy; for eval image strips)."""

@@ -6,7 +6,7 @@ Recipe (Burda et al. 2018, openai/random-network-distillation ``atari_wrappers.p
   clips it), life loss is not terminal, the episode ends on game over or after
   ``max_episode_steps`` (4,500) agent steps = 18,000 emulator frames, then
   ``info["TimeLimit.truncated"] = True`` (PPO ends the return there too, as the RND and SND
-  authors' PPO: ``common/ppo/buffer.py``);
+  authors' PPO, unless ``--bootstrap-truncated``: ``common/ppo/buffer.py``);
 * sticky actions, p = 0.25, **per emulator frame**: RND's ``make_atari`` puts its
   ``StickyActionEnv`` *under* ``MaxAndSkipEnv``, so on every one of the 4 frames of
   an agent step the previously executed frame action is repeated with probability p
@@ -36,9 +36,9 @@ positive reward), ``episode_steps``, ``TimeLimit.truncated``.
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
+from common.envs.frames import FrameSkip, FrameStack, GrayResize
 from common.envs.game_env import GameEnv
 
 OBS_SIZE = 84
@@ -74,10 +74,8 @@ def _rom_path() -> str:
     return str(path)
 
 
-def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
-    """RGB ``[210, 160, 3]`` uint8 -> gray 84x84 uint8 ``[84, 84]`` (cv2, INTER_AREA)."""
-    gray = cv2.cvtColor(frame_rgb, cv2.COLOR_RGB2GRAY)
-    return cv2.resize(gray, (OBS_SIZE, OBS_SIZE), interpolation=cv2.INTER_AREA)
+process_frame = GrayResize(OBS_SIZE, "area")
+"""RGB ``[210, 160, 3]`` uint8 -> gray 84x84 uint8 ``[84, 84]`` (cv2, INTER_AREA: RND's ``WarpFrame``)."""
 
 
 def rooms_mask(rooms) -> int:
@@ -140,7 +138,9 @@ class MontezumaEnv(GameEnv):
         h, w = ale.getScreenDims()
         self._raw = np.zeros((2, h, w, 3), dtype=np.uint8)  # last two raw frames of a step
         self._rgb = np.zeros((h, w, 3), dtype=np.uint8)
-        self.states = np.zeros(self.observation_shape, dtype=np.uint8)
+        # RND's MaxAndSkipEnv (the max of the last two raw screens) and its 4-frame stack
+        self.skip = FrameSkip(FRAME_SKIP, pool=2)
+        self.stack = FrameStack(STACK, (OBS_SIZE, OBS_SIZE), fill="repeat")
         self._rng = np.random.default_rng()
         self._last_action = 0
         self._steps = 0
@@ -187,36 +187,27 @@ class MontezumaEnv(GameEnv):
         self._rooms = {self.current_room}
         self.ale.getScreenRGB(self._rgb)
         self._record(self._rgb)
-        self.states[:] = process_frame(self._rgb)[None]
         self._needs_reset = False
-        return self.states.copy()
+        return self.stack.reset(process_frame(self._rgb))
+
+    def _grab(self, k: int) -> np.ndarray:
+        self.ale.getScreenRGB(self._raw[k])
+        return self._raw[k]
 
     def step(self, action: int):
         action = self._begin_step(action)
         ale = self.ale
         coins = self._rng.random(FRAME_SKIP)  # one sticky coin per emulator frame
-        reward = 0.0
-        got = 0
-        game_over = False
-        for i in range(FRAME_SKIP):
+
+        def act(i):
             if coins[i] >= self.sticky_prob:
                 self._last_action = action
-            reward += ale.act(self.action_set[self._last_action])
+            reward = ale.act(self.action_set[self._last_action])
             self._record_screen()
-            if i >= FRAME_SKIP - 2:
-                ale.getScreenRGB(self._raw[got])
-                got += 1
-            game_over = ale.game_over()
-            if game_over:
-                break
-        if got == 2:
-            frame = np.maximum(self._raw[0], self._raw[1])
-        else:  # game over on frame 0/1 (no frame grabbed) or 2 (one frame)
-            if got == 0:
-                ale.getScreenRGB(self._raw[0])
-            frame = self._raw[0]
-        self.states[:-1] = self.states[1:]
-        self.states[-1] = process_frame(frame)
+            return reward, ale.game_over()
+
+        frame, reward, game_over, _ = self.skip.step(act, self._grab)
+        obs = self.stack.push(process_frame(frame))
         self._steps += 1
         self._score += reward
         self._events += reward > 0
@@ -224,7 +215,7 @@ class MontezumaEnv(GameEnv):
         done = game_over or truncated
         if done:
             self._needs_reset = True
-        return self.states.copy(), float(reward), bool(done), self._info(truncated)
+        return obs, float(reward), bool(done), self._info(truncated)
 
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[210, 160, 3]`` RGB (a copy; for eval image strips)."""

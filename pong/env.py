@@ -28,9 +28,9 @@ difference, the episode's return so far), ``episode_steps``, ``TimeLimit.truncat
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
+from common.envs.frames import FrameStack, GrayResize
 from common.envs.game_env import GameEnv
 
 ENV_ID = "ALE/Pong-v5"
@@ -41,12 +41,8 @@ ACTIONS = ("NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE")
 RECORD_FPS = 60
 
 
-def process_frame(frame_rgb: np.ndarray) -> np.ndarray:
-    """RGB ``uint8[210, 160, 3]`` -> binarized ``uint8[84, 84]`` (values 0 and 255): SRL's AtariPongProcessor."""
-    gray = cv2.cvtColor(frame_rgb, cv2.COLOR_RGB2GRAY)
-    top, left, bottom, right = CROP
-    small = cv2.resize(gray[top:bottom, left:right], (OBS_SIZE, OBS_SIZE))
-    return np.where(small > 127, 255, 0).astype(np.uint8)
+process_frame = GrayResize(OBS_SIZE, "linear", crop=CROP, threshold=127)
+"""RGB ``uint8[210, 160, 3]`` -> binarized ``uint8[84, 84]`` (values 0 and 255): SRL's AtariPongProcessor."""
 
 
 def validate_args(frameskip, repeat_action_probability, max_points, stack) -> None:
@@ -101,18 +97,17 @@ class PongEnv(GameEnv):
         if meanings != ACTIONS:  # pragma: no cover - a different ale-py
             raise RuntimeError(f"unexpected Pong action set {meanings}; expected {ACTIONS}")
         self.max_points = int(max_points)
-        self.observation_shape = (int(stack), OBS_SIZE, OBS_SIZE)
-        self.states = np.zeros(self.observation_shape, np.uint8)
+        self.stack = FrameStack(stack, (OBS_SIZE, OBS_SIZE), fill="zeros")  # SRL's window of zero "dummy" states
+        self.observation_shape = self.stack.shape
         self._rgb = None
         self._points = [0, 0]
         self._steps = 0
         super().__init__(record_path, fps=max(1, RECORD_FPS // int(frameskip)))
 
-    def _push(self, frame_rgb: np.ndarray) -> None:
+    def _screen(self, frame_rgb: np.ndarray) -> np.ndarray:
         self._rgb = frame_rgb
         self._record(frame_rgb)
-        self.states[:-1] = self.states[1:]
-        self.states[-1] = process_frame(frame_rgb)
+        return process_frame(frame_rgb)
 
     def _info(self, truncated: bool) -> dict:
         return {
@@ -126,17 +121,15 @@ class PongEnv(GameEnv):
     def reset(self, seed: int | None = None) -> np.ndarray:
         self._begin_reset()
         frame, _ = self.env.reset(seed=None if seed is None else int(seed))
-        self.states[:] = 0  # SRL's zero "dummy" states fill the window
         self._points = [0, 0]
         self._steps = 0
-        self._push(frame)
         self._needs_reset = False
-        return self.states.copy()
+        return self.stack.reset(self._screen(frame))
 
     def step(self, action: int):
         action = self._begin_step(action)
-        frame, reward, terminated, truncated, _ = self.env.step(action)
-        self._push(frame)
+        frame, reward, terminated, truncated, _ = self.env.step(action)  # ALE skips the frames (frameskip)
+        obs = self.stack.push(self._screen(frame))
         self._steps += 1
         if reward > 0:
             self._points[0] += 1
@@ -147,7 +140,7 @@ class PongEnv(GameEnv):
         done = terminated or truncated
         if done:
             self._needs_reset = True
-        return self.states.copy(), float(reward), done, self._info(truncated)
+        return obs, float(reward), done, self._info(truncated)
 
     def rgb_frame(self) -> np.ndarray:
         """The current screen, uint8 ``[210, 160, 3]`` RGB (a copy)."""

@@ -187,3 +187,50 @@ def test_embeddings_for_visualdl_keep_their_geometry_in_200_dimensions():
             assert np.var(y, axis=0).sum() > 0.5 * np.var(x, axis=0).sum()
     small = rng.normal(size=(10, 64)).astype(np.float32)
     assert project_for_visualdl(small) is small
+
+
+def test_a_time_limit_ends_the_return_unless_bootstrapped_from_the_terminal_frame():
+    """Env 0 is cut by a time limit at t=1, env 1 by a game over at t=1: by default both end the
+    return; with ``value_of`` the time limit continues it from the terminal frame's value (and only
+    there), in the extrinsic stream and in an episodic intrinsic one; a restarted worker's cut (no
+    terminal frame) is never a time limit."""
+    T, N, gamma, int_gamma = 2, 3, 0.5, 0.25
+
+    def filled(reward=1.0, **kwargs):
+        buf = RolloutBuffer(T, N, (1, 1, 1))
+        buf.start(np.zeros((N, 1, 1, 1), np.uint8))
+        terminal = np.full((1, 1, 1), 7, np.uint8)
+        for t in range(T):
+            ends = t == 1
+            infos = [
+                {"final_observation": terminal, "TimeLimit.truncated": True} if ends else {},
+                {"final_observation": terminal, "TimeLimit.truncated": False} if ends else {},
+                {"worker_restart": "died", "TimeLimit.truncated": True} if ends else {},
+            ]
+            dones = np.full(N, float(ends), np.float32)
+            rewards = np.full(N, reward, np.float32)
+            buf.add(np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N), rewards, dones, np.zeros((N, 1, 1, 1)), infos)
+        buf.store_intrinsic_rewards(np.zeros((T, N), np.float32))
+        buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), gamma, 1.0, int_gamma, 1.0, 1.0, **kwargs)
+        return buf
+
+    plain = filled()
+    np.testing.assert_array_equal(plain.truncated, [[False] * 3, [True, False, False]])
+    np.testing.assert_allclose(plain.ret_ext[1], [1.0, 1.0, 1.0])
+    asked = []
+
+    def value_of(frames):
+        asked.append(frames.copy())
+        return np.full(len(frames), 4.0, np.float32), np.full(len(frames), 8.0, np.float32)
+
+    boot = filled(value_of=value_of)
+    assert len(asked) == 1 and asked[0].shape == (1, 1, 1, 1) and asked[0].max() == 7  # env 0's terminal frame
+    np.testing.assert_allclose(boot.ret_ext[1], [1.0 + gamma * 4.0, 1.0, 1.0])
+    np.testing.assert_allclose(boot.ret_ext[0], [1.0 + gamma * (1.0 + gamma * 4.0), 1.5, 1.5])
+    np.testing.assert_array_equal(boot.rewards_ext, plain.rewards_ext)  # the logs keep the game's rewards
+    np.testing.assert_allclose(boot.ret_int[1], [0.0, 0.0, 0.0])  # non-episodic intrinsic stream: untouched
+    episodic = filled(value_of=value_of, int_episodic=True)
+    np.testing.assert_allclose(episodic.ret_int[1], [int_gamma * 8.0, 0.0, 0.0])
+    clipped = filled(reward=-3.0, clip_reward=True)  # sign-clipped first, then the same returns
+    np.testing.assert_array_equal(clipped.rewards_ext, -np.ones((T, N)))
+    np.testing.assert_allclose(clipped.ret_ext, -plain.ret_ext)

@@ -40,6 +40,8 @@ def test_every_game_keeps_the_contract(name):
             obs, reward, done, info = env.step(int(rng.integers(num_actions)))
             assert obs.shape == tuple(obs_shape) and obs.dtype == np.uint8
             assert isinstance(reward, float) and isinstance(done, bool) and isinstance(info, dict)
+            truncated = info.get("TimeLimit.truncated", False)  # the one spelling of a time limit
+            assert isinstance(truncated, bool) and (done or not truncated) and "truncated" not in info
             if done:
                 obs = env.reset()
         metrics = spec.episode_metrics(info)

@@ -20,7 +20,7 @@ def test_env_shapes_dtype_and_info():
         obs, reward, done, info = env.step(2)
         assert obs.shape == (3, 7, 7) and obs.dtype == np.uint8
         assert isinstance(reward, float) and isinstance(done, bool)
-        assert set(info) >= {"success", "steps", "truncated", "carrying", "agent_pos"}
+        assert set(info) >= {"success", "steps", "TimeLimit.truncated", "carrying", "agent_pos"}
         with pytest.raises(ValueError):
             env.step(7)
 
@@ -93,7 +93,7 @@ def test_episode_ends_with_time_limit_and_no_success_for_idle_agent():
         while not done:
             _, r, done, info = env.step(6)  # "done" action: a no-op in DoorKey
             steps += 1
-        assert steps == env.unwrapped.max_steps and info["truncated"] and not info["success"] and r == 0.0
+        assert steps == env.unwrapped.max_steps and info["TimeLimit.truncated"] and not info["success"] and r == 0.0
         with pytest.raises(RuntimeError):
             env.step(0)
 
@@ -306,3 +306,42 @@ def test_state_gate_episodic_return_and_a_memory_train(tmp_path):
 
     with pytest.raises(UsageError, match="--first-visit-key state is invalid for mario"):
         Trainer(SPEC, MarioConfig(first_visit_key="state", log_path=str(tmp_path), run_name="m"))
+
+
+@pytest.mark.slow
+def test_bootstrap_truncated_values_the_terminal_frames_of_time_limits(tmp_path, monkeypatch):
+    """--bootstrap-truncated on a real run whose episodes hit a 10-step limit: the trainer asks the
+    policy for the values of exactly the rollout's truncated terminal frames (and without the flag, never)."""
+    from short_runs import tiny_grid_run
+
+    from common.ppo.actor import Actor
+    from common.ppo.buffer import RolloutBuffer
+    from gridworld.env import GridEnv
+
+    built = GridEnv.__init__
+
+    def short_episodes(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        self.unwrapped.max_steps = 10
+
+    monkeypatch.setattr(GridEnv, "__init__", short_episodes)
+    asked, truncations = [], []
+    values, compute = Actor.values, RolloutBuffer.compute_returns_and_advantages
+
+    def spy_values(self, obs):
+        asked.append(len(obs))
+        return values(self, obs)
+
+    def spy_compute(self, *args, **kwargs):
+        truncations.append(int(self.truncated.sum()))
+        return compute(self, *args, **kwargs)
+
+    monkeypatch.setattr(Actor, "values", spy_values)
+    monkeypatch.setattr(RolloutBuffer, "compute_returns_and_advantages", spy_compute)
+    tiny_grid_run(tmp_path, intrinsic="none", bootstrap_truncated=True, run_name="boot")
+    # 4 envs x 16 steps with 10-step episodes: each update, the last values (4) and the truncated frames
+    assert len(truncations) == 2 and all(k > 0 for k in truncations)
+    assert sorted(asked) == sorted([4, 4] + truncations)
+    asked.clear()
+    tiny_grid_run(tmp_path, intrinsic="none", run_name="plain")
+    assert asked == [4, 4]  # the last values of each update alone

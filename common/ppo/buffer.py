@@ -10,10 +10,12 @@ learns exactly the frames it is rewarded for.
 Conversion to float happens per minibatch inside the networks, never for the
 whole rollout.
 
-``dones`` marks every episode end alike: a game over and a time limit (Montezuma's 4,500
-steps, MiniGrid's ``max_steps``, Mario's clock) both stop the extrinsic return's bootstrap, as
-the RND authors' PPO and the SND authors' do (the Double DQN, ``common/dqn``, keeps the two
-apart and bootstraps through a time limit).
+``dones`` marks every episode end, ``truncated`` those of them that were a time limit (the env's
+``info["TimeLimit.truncated"]``: Montezuma's 4,500 steps, MiniGrid's ``max_steps``; Mario's clock
+is a death, not a limit). By default both stop the extrinsic return's bootstrap, as the RND
+authors' PPO and the SND authors' do; ``bootstrap_truncated`` (``--bootstrap-truncated``) instead
+continues the return at a time limit from the value of the true terminal frame, as if the episode
+went on (Pardo et al. 2018; the Double DQN, ``common/dqn``, always does).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class RolloutBuffer:
         self.rewards_ext = np.zeros((T, N), dtype=np.float32)
         self.rewards_int = np.zeros((T, N), dtype=np.float32)
         self.dones = np.zeros((T, N), dtype=np.float32)
+        self.truncated = np.zeros((T, N), dtype=bool)  # the dones that were a time limit (with a terminal frame)
         self.advantages = np.zeros((T, N), dtype=np.float32)
         self.ret_ext = np.zeros((T, N), dtype=np.float32)
         self.ret_int = np.zeros((T, N), dtype=np.float32)
@@ -76,13 +79,16 @@ class RolloutBuffer:
         self.t = 0
 
     def start(self, obs: np.ndarray) -> None:
-        """Begin a rollout from ``obs`` uint8[N, *obs_shape] (the envs' current observations)."""
+        """Begin a rollout from ``obs`` uint8[N, *obs_shape] (the envs' current observations: the last
+        rollout's last ones)."""
         self.obs[0] = obs
         self.terminal_obs = {}
+        self.truncated[:] = False
         self.t = 0
 
     def add(self, actions, log_probs, values_ext, values_int, rewards, dones, next_obs, infos=None) -> None:
-        """Store transition t; ``infos[i]['final_observation']`` is kept where env i's episode ended."""
+        """Store transition t; ``infos[i]['final_observation']`` is kept where env i's episode ended, and
+        ``infos[i]['TimeLimit.truncated']`` marks it a time limit."""
         t = self.t
         if t >= self.num_steps:
             raise IndexError(f"rollout is full ({self.num_steps} steps); call start() first")
@@ -92,8 +98,9 @@ class RolloutBuffer:
         self.obs[t + 1] = next_obs
         if infos is not None:
             for i in np.flatnonzero(dones):
-                if "final_observation" in infos[i]:
+                if "final_observation" in infos[i]:  # (absent where a restarted worker cut the episode)
                     self.terminal_obs[(t, int(i))] = infos[i]["final_observation"]
+                    self.truncated[t, i] = bool(infos[i].get("TimeLimit.truncated", False))
             if self.state_keys is not None:
                 for i, info in enumerate(infos):
                     self.state_keys[0][t, i], self.state_keys[1][t, i] = info["prev_state_key"], info["state_key"]
@@ -141,15 +148,31 @@ class RolloutBuffer:
         ext_coef: float,
         int_coef: float,
         int_episodic: bool = False,
+        clip_reward: bool = False,
+        value_of=None,
     ) -> None:
         """GAE per stream and A = ext_coef*A_ext + int_coef*A_int. The intrinsic stream runs on across
         episode ends (RND) unless ``int_episodic`` (the SND authors' code cuts it there too). With
         ``ext_coef`` 0 the extrinsic stream learns from zero rewards, not from ``rewards_ext`` (which
-        keeps the game's reward for the logs): no game reward, not even through the value head."""
+        keeps the game's reward for the logs): no game reward, not even through the value head.
+        ``clip_reward``: the game's rewards to their signs first (in place: the logs see them clipped).
+        ``value_of``: bootstrap at time limits (``--bootstrap-truncated``); a function of terminal frames
+        uint8[K, *obs_shape] returning their values ``(v_ext, v_int)`` float32[K] (``Actor.values``);
+        each truncated step's reward gets ``gamma * v`` of its terminal frame, in each stream that the
+        episode end cuts."""
+        if clip_reward:
+            self.clip_rewards()
         self.values_ext[-1], self.values_int[-1] = last_value_ext, last_value_int
-        ext_rewards = self.rewards_ext if ext_coef else np.zeros_like(self.rewards_ext)
+        ext_rewards = self.rewards_ext.copy() if ext_coef else np.zeros_like(self.rewards_ext)
+        int_rewards = self.rewards_int.copy()
+        if value_of is not None and self.truncated.any():
+            ts, envs = np.nonzero(self.truncated)
+            v_ext, v_int = value_of(np.stack([self.terminal_obs[(t, i)] for t, i in zip(ts.tolist(), envs.tolist())]))
+            ext_rewards[ts, envs] += gamma * np.asarray(v_ext, np.float32)
+            if int_episodic:
+                int_rewards[ts, envs] += int_gamma * np.asarray(v_int, np.float32)
         adv_ext = gae(ext_rewards, self.values_ext, self.dones, gamma, lam)
-        adv_int = gae(self.rewards_int, self.values_int, self.dones if int_episodic else None, int_gamma, lam)
+        adv_int = gae(int_rewards, self.values_int, self.dones if int_episodic else None, int_gamma, lam)
         self.ret_ext = adv_ext + self.values_ext[:-1]
         self.ret_int = adv_int + self.values_int[:-1]
         self.adv_ext, self.adv_int = adv_ext, adv_int
@@ -200,9 +223,3 @@ class RolloutBuffer:
                 if frame is not None:
                     batch["next_obs"][k] = frame
             yield batch
-
-    def finish(self) -> None:
-        """Carry the last observation over as the first of the next rollout."""
-        self.obs[0] = self.obs[-1]
-        self.terminal_obs = {}
-        self.t = 0

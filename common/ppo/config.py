@@ -146,6 +146,12 @@ class TrainConfig(RunConfig):
         "head learns zero returns, so the game's reward reaches no gradient; the logs still record it",
     )
     int_gamma: float = arg(0.99, "discount of the intrinsic reward stream")
+    bootstrap_truncated: bool = arg(
+        False,
+        "at a time limit (the env's TimeLimit.truncated: Montezuma's 4,500 steps, MiniGrid's max_steps) "
+        "continue the return from the value of the terminal frame instead of ending it (off: the RND and SND "
+        "authors end it, as at a game over)",
+    )
     int_reward: str = arg(
         "rnd",
         "how novelty is paid: rnd (the RND paper: the novelty of s_t+1, divided by the running std of the "

@@ -265,8 +265,6 @@ class Trainer:
             if self.world.stop_now(self.stop):
                 steps.drain()
                 return None
-        if cfg.clip_reward:
-            buf.clip_rewards()
         return obs, episodes
 
     def intrinsic_rewards(self) -> np.ndarray:
@@ -421,8 +419,10 @@ class Trainer:
         with self.math_threads():
             raw_int = self.intrinsic_rewards()
         episodic = cfg.int_episodic or cfg.int_reward == "snd"  # the SND authors' convention cuts it too
+        discounts = (cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef, episodic)
+        bootstrap = self.actor.values if cfg.bootstrap_truncated else None  # values of time-limit frames
         self.buffer.compute_returns_and_advantages(
-            last_ext, last_int, cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef, episodic
+            last_ext, last_int, *discounts, clip_reward=cfg.clip_reward, value_of=bootstrap
         )
         t1 = time.perf_counter()
         try:
@@ -462,7 +462,6 @@ class Trainer:
         )
         if by_count or by_clock:
             self.save()
-        self.buffer.finish()
         self._log_evals(block=False)
         self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
         return obs, losses
