@@ -54,6 +54,7 @@ paddle = require_paddle()
 
 from common import cpu  # noqa: E402
 from common.dqn.learner import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
+from common.dqn.log import DQNLog  # noqa: E402
 from common.dqn.replay import ReplayMemory  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.run.checkpoint import (  # noqa: E402
@@ -66,22 +67,11 @@ from common.run.checkpoint import (  # noqa: E402
 from common.run.logger import Logger  # noqa: E402
 
 
-class _Mean:
-    """Running sums of named scalars between two log points."""
+class _Episode:
+    """The training episode under way: its current observation and running sums."""
 
-    def __init__(self):
-        self.sums, self.counts = {}, {}
-
-    def add(self, values: dict) -> None:
-        for k, v in values.items():
-            if np.isfinite(v):
-                self.sums[k] = self.sums.get(k, 0.0) + float(v)
-                self.counts[k] = self.counts.get(k, 0) + 1
-
-    def pop(self) -> dict:
-        out = {k: self.sums[k] / self.counts[k] for k in self.sums}
-        self.sums, self.counts = {}, {}
-        return out
+    def __init__(self, obs: np.ndarray):
+        self.obs, self.ret, self.int_ret, self.length = obs, 0.0, 0.0, 0
 
 
 #: what ``DQNTrainer.state_dict`` writes and ``DQNTrainer.load`` needs
@@ -154,6 +144,7 @@ class DQNTrainer:
         self._side = cpu.SideThread("snd-update") if self._parallel() else None
         self._env = None
         self._eval_env = None
+        self._episode: _Episode | None = None  # the training episode under way
         self._good = None  # the last learned state known finite (see train_step)
         if cfg.resume:
             self.load(cfg.resume)
@@ -297,31 +288,7 @@ class DQNTrainer:
             record = None
             if e == 0 and cfg.video_interval and self.evals % cfg.video_interval == 0:
                 record = os.path.join(self.run_dir, "videos", f"eval_{self.train_count:07d}.mp4")
-            env = self.spec.env_factory(cfg, record)() if record else self._get_eval_env()
-            stacks, int_rewards = [], []  # the recorded episode's, for its intrinsic-reward picture
-            try:
-                obs = env.reset(seed=cfg.seed + 1_000_003 + 7919 * self.evals + e)
-                if record and cfg.uses_snd:
-                    stacks.append(obs)  # s_0: the picture's frame of step s is stacks[s]
-                ret, length, int_ret = 0.0, 0, 0.0
-                for _ in range(cfg.max_eval_steps):
-                    a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, self.rng)
-                    obs, r, done, _ = env.step(a)
-                    ret += r
-                    length += 1
-                    if cfg.uses_snd:
-                        r_int = float(self.intrinsic.reward(obs[None])[0])
-                        int_ret += r_int
-                        if record:
-                            stacks.append(obs)
-                            int_rewards.append(r_int)
-                    if done:
-                        break
-            finally:
-                if record:
-                    env.close()
-            if int_rewards:
-                self._log_along_episode(np.stack(stacks), np.asarray(int_rewards, np.float32))
+            ret, length, int_ret = self._eval_episode(cfg.seed + 1_000_003 + 7919 * self.evals + e, record)
             returns.append(ret)
             lengths.append(length)
             int_returns.append(int_ret)
@@ -329,6 +296,37 @@ class DQNTrainer:
         if cfg.uses_snd:
             out["intrinsic_return"] = float(np.mean(int_returns))
         return out
+
+    def _eval_episode(self, seed: int, record: str | None) -> tuple[float, int, float]:
+        """One greedy-ish episode (``test_epsilon``), filmed to ``record`` if given (with SND, also its
+        intrinsic reward along the episode): (extrinsic return, length, intrinsic return)."""
+        cfg = self.cfg
+        env = self.spec.env_factory(cfg, record)() if record else self._get_eval_env()
+        picture = bool(record) and cfg.uses_snd
+        stacks, int_rewards = [], []  # the recorded episode's, for its intrinsic-reward picture
+        ret, length, int_ret = 0.0, 0, 0.0
+        try:
+            obs = env.reset(seed=seed)
+            stacks.append(obs)  # s_0: the picture's frame of step s is stacks[s]
+            for _ in range(cfg.max_eval_steps):
+                a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, self.rng)
+                obs, r, done, _ = env.step(a)
+                ret += r
+                length += 1
+                if cfg.uses_snd:
+                    r_int = float(self.intrinsic.reward(obs[None])[0])
+                    int_ret += r_int
+                    if picture:
+                        stacks.append(obs)
+                        int_rewards.append(r_int)
+                if done:
+                    break
+        finally:
+            if record:
+                env.close()
+        if int_rewards:
+            self._log_along_episode(np.stack(stacks), np.asarray(int_rewards, np.float32))
+        return ret, length, int_ret
 
     def _log_along_episode(self, stacks: np.ndarray, rewards: np.ndarray) -> None:
         """The recorded eval episode's intrinsic reward step by step, the frames at its highest peaks above
@@ -351,7 +349,9 @@ class DQNTrainer:
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict:
-        cfg, lg = self.cfg, self.logger  # (what runs and where: printed by common.run.launch.start_lines)
+        """Act, store, train, and every so many train steps log, evaluate and save, until ``train_steps``
+        (or a signal); the run's result (counts, checkpoint, last evaluation)."""
+        cfg = self.cfg  # (what runs and where: printed by common.run.launch.start_lines)
         from tqdm import tqdm
 
         bar = tqdm(
@@ -361,9 +361,6 @@ class DQNTrainer:
             dynamic_ncols=True,
             desc=f"{self.spec.name} {cfg.agent}",
         )
-        stats = _Mean()
-        int_rewards = []
-        recent = []
         scope = contextlib.ExitStack()  # the signal handlers and the math threads
         scope.enter_context(self.stop)
         try:
@@ -371,86 +368,22 @@ class DQNTrainer:
             scope.enter_context(cpu.threads(1 if self._side is not None else self._threads()))
             self.keep_good_state()
             self._env = self.spec.env_factory(cfg, None)()
-            obs = self._env.reset(seed=cfg.seed + 100_003 * self.episodes)
-            self.memory.start_episode(obs[-1])
-            ep_ret = ep_int = 0.0
-            ep_len = 0
-            t_log, cpu_log = time.perf_counter(), time.process_time()
-            env_log, train_log = self.env_steps, self.train_count
+            self._start_episode(self._env.reset(seed=cfg.seed + 100_003 * self.episodes))
+            log = DQNLog(self.logger, self.spec, cfg, self.env_steps, self.train_count)
             while self.train_count < cfg.train_steps and not self.stop.requested:
                 eps = self.epsilon(self.env_steps)
-                action = epsilon_greedy(self.learner.q_values(obs[None])[0], eps, self.rng)
-                next_obs, reward, done, info = self._env.step(action)
-                self.env_steps += 1
-                terminated = done and not info.get("TimeLimit.truncated", False)
-                r_int = float(self.intrinsic.reward(next_obs[None])[0]) if cfg.uses_snd else 0.0
-                self.memory.add(action, reward + cfg.int_reward_scale * r_int, terminated, next_obs[-1])
-                ep_ret += reward
-                ep_int += r_int
-                ep_len += 1
-                if cfg.uses_snd:
-                    int_rewards.append(r_int)
-                if done:
-                    self.episodes += 1
-                    metrics = {"return": ep_ret, "length": ep_len, **self.spec.episode_metrics(info)}
-                    if cfg.uses_snd:
-                        metrics["intrinsic_return"] = ep_int
-                    lg.scalars("episode", metrics, self.train_count)
-                    recent = (recent + [ep_ret])[-10:]
-                    obs = self._env.reset()
-                    self.memory.start_episode(obs[-1])
-                    ep_ret = ep_int = 0.0
-                    ep_len = 0
-                else:
-                    obs = next_obs
-
+                r_int = self._act(eps, log)
                 before = self.train_count
-                losses = self.train_step()
-                if losses is not None:
-                    stats.add(losses)
+                log.step(r_int, self.train_step())
                 if self.train_count == before:  # warm-up (or a skipped step): no periodic work
                     continue
-                step = self.train_count
-                if step % cfg.log_interval == 0:
-                    now = time.perf_counter()
-                    vals = stats.pop()
-                    for k in ("q", "snd_target", "forward"):
-                        if k in vals:
-                            lg.scalar(f"losses/{k}", vals[k], step)
-                    for k in ("q_mean", "target_mean"):
-                        if k in vals:
-                            lg.scalar(f"charts/{k}", vals[k], step)
-                    lg.scalar("charts/epsilon", eps, step)
-                    lg.scalar("charts/env_steps", self.env_steps, step)
-                    lg.scalar("charts/target_syncs", self.learner.sync_count, step)
-                    lg.scalar("charts/nonfinite_skipped", self.nonfinite.total, step)
-                    if int_rewards:
-                        lg.scalar("intrinsic/reward_mean", float(np.mean(int_rewards)), step)
-                        lg.scalar("intrinsic/reward_max", float(np.max(int_rewards)), step)
-                        int_rewards = []
-                    dt, cpu_now = max(now - t_log, 1e-9), time.process_time()
-                    lg.scalar("perf/train_steps_per_sec", (step - train_log) / dt, step)
-                    lg.scalar("perf/env_steps_per_sec", (self.env_steps - env_log) / dt, step)
-                    # CPU seconds of all the process' threads: what a step costs, whatever else loads the machine
-                    lg.scalar("perf/cpu_ms_per_train_step", 1000 * (cpu_now - cpu_log) / max(step - train_log, 1), step)
-                    t_log, cpu_log, env_log, train_log = now, cpu_now, self.env_steps, step
-                    lg.flush()
-                    self.keep_good_state()
-                if cfg.eval_interval and step % cfg.eval_interval == 0:
-                    self.last_eval = self.evaluate()
-                    lg.scalars("eval", self.last_eval, step)
-                    lg.flush()
-                if cfg.save_interval and step % cfg.save_interval == 0:
-                    self.save()
-                bar.update(step - before)
-                if step % 10 == 0:
-                    parts = [f"env {self.env_steps}", f"eps {eps:.2f}"]
-                    if recent:
-                        parts.append(f"return {np.mean(recent):.2f}")
-                    bar.set_postfix_str(", ".join(parts))
+                self._periodic(log, eps)
+                bar.update(self.train_count - before)
+                if self.train_count % 10 == 0:
+                    bar.set_postfix_str(log.progress(self.env_steps, eps))
             if self.saved_at != self.train_count or not self.last_checkpoint:
                 self.save()
-            lg.hparams({k: v for k, v in cfg.to_dict().items()}, ["episode/return", "eval/return"])
+            self.logger.hparams(cfg.to_dict(), ["episode/return", "eval/return"])
         except Exception as e:  # an env fault, an I/O error, a run of non-finite steps: keep what was learned
             raise self._stopped_by(e) from e
         finally:
@@ -468,6 +401,40 @@ class DQNTrainer:
         if self.last_eval is not None:
             result["eval"] = self.last_eval
         return result
+
+    def _start_episode(self, obs: np.ndarray) -> None:
+        self._episode = _Episode(obs)
+        self.memory.start_episode(obs[-1])
+
+    def _act(self, eps: float, log: DQNLog) -> float | None:
+        """One env step of the training episode (epsilon-greedy), stored in the memory with the SND reward
+        added; an ended episode is logged and the next one started. Returns the step's intrinsic reward
+        (None without SND)."""
+        cfg, ep = self.cfg, self._episode
+        action = epsilon_greedy(self.learner.q_values(ep.obs[None])[0], eps, self.rng)
+        next_obs, reward, done, info = self._env.step(action)
+        self.env_steps += 1
+        terminated = done and not info.get("TimeLimit.truncated", False)  # a time limit is not an end
+        r_int = float(self.intrinsic.reward(next_obs[None])[0]) if cfg.uses_snd else 0.0
+        self.memory.add(action, reward + cfg.int_reward_scale * r_int, terminated, next_obs[-1])
+        ep.obs, ep.ret, ep.int_ret, ep.length = next_obs, ep.ret + reward, ep.int_ret + r_int, ep.length + 1
+        if done:
+            self.episodes += 1
+            log.episode(self.train_count, ep.ret, ep.length, ep.int_ret if cfg.uses_snd else None, info)
+            self._start_episode(self._env.reset())
+        return r_int if cfg.uses_snd else None
+
+    def _periodic(self, log: DQNLog, eps: float) -> None:
+        """What runs every ``log_interval``, ``eval_interval`` and ``save_interval`` train steps."""
+        cfg, step = self.cfg, self.train_count
+        if step % cfg.log_interval == 0:
+            log.write(step, self.env_steps, eps, self.learner.sync_count, self.nonfinite.total)
+            self.keep_good_state()
+        if cfg.eval_interval and step % cfg.eval_interval == 0:
+            self.last_eval = self.evaluate()
+            log.eval(self.last_eval, step)
+        if cfg.save_interval and step % cfg.save_interval == 0:
+            self.save()
 
     def _stopped_by(self, error: Exception) -> Exception:
         """Save the current state (finite: a non-finite step never stays applied) after ``error``; the
