@@ -46,6 +46,29 @@ from common.envs.workers import (
 )
 
 
+def _pickled_factories(env_fns: list, start: int, stop: int) -> bytes:
+    """The env factories ``start..stop-1`` as one pickle (what a worker process receives)."""
+    try:
+        return pickle.dumps(env_fns[start:stop], protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise TypeError(
+            f"SubprocVecEnv needs picklable env factories (module-level functions or "
+            f"functools.partial of them); envs {start}..{stop - 1}: {exc!r}"
+        ) from exc
+
+
+def _end_processes(processes: list) -> None:
+    """SIGTERM the processes still alive, then SIGKILL those that outlive a second; join them all."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=1.0)
+
+
 class SubprocVecEnv(VecEnv):
     """Envs in ``num_workers`` processes, each hosting several envs.
 
@@ -105,15 +128,7 @@ class SubprocVecEnv(VecEnv):
         ctx = mp.get_context(start_method)
         self._ctx = ctx
 
-        payloads = []
-        for start, stop in self._ranges:
-            try:
-                payloads.append(pickle.dumps(env_fns[start:stop], protocol=pickle.HIGHEST_PROTOCOL))
-            except Exception as exc:
-                raise TypeError(
-                    f"SubprocVecEnv needs picklable env factories (module-level functions or "
-                    f"functools.partial of them); envs {start}..{stop - 1}: {exc!r}"
-                ) from exc
+        payloads = [_pickled_factories(env_fns, start, stop) for start, stop in self._ranges]
         hide_main = start_method != "fork" and not any(pickle_refers_to_main(p) for p in payloads)
         self._payloads, self._hide_main = payloads, hide_main
 
@@ -131,19 +146,21 @@ class SubprocVecEnv(VecEnv):
             ((self.observation_shape, self.num_actions),) = spaces
             self._obs_size = int(np.prod(self.observation_shape))
             if shared_memory:
-                from multiprocessing import shared_memory as shm_mod
-
-                nbytes = max(1, self.num_envs * self._obs_size)
-                self._shm = shm_mod.SharedMemory(create=True, size=nbytes)
-                self._shm_obs = np.ndarray(
-                    (self.num_envs, *self.observation_shape), dtype=np.uint8, buffer=self._shm.buf
-                )
-                for w, (start, _) in enumerate(self._ranges):
-                    self._conns[w].send(("shm", (self._shm.name, start * self._obs_size)))
-                self._gather(range(self.num_workers), "shared-memory setup", start_timeout)
+                self._share_observations(start_timeout)
         except BaseException:
             self.close()
             raise
+
+    def _share_observations(self, start_timeout: float) -> None:
+        """One shared-memory block of uint8[num_envs, *observation_shape]; each worker writes its envs' rows."""
+        from multiprocessing import shared_memory as shm_mod
+
+        nbytes = max(1, self.num_envs * self._obs_size)
+        self._shm = shm_mod.SharedMemory(create=True, size=nbytes)
+        self._shm_obs = np.ndarray((self.num_envs, *self.observation_shape), dtype=np.uint8, buffer=self._shm.buf)
+        for w, (start, _) in enumerate(self._ranges):
+            self._conns[w].send(("shm", (self._shm.name, start * self._obs_size)))
+        self._gather(range(self.num_workers), "shared-memory setup", start_timeout)
 
     # ---------------------------------------------------------------- internals
     def _launch(self, w: int, seed: int | None):
@@ -416,31 +433,15 @@ class SubprocVecEnv(VecEnv):
             if w in self._unresponsive:
                 proc.terminate()
             elif proc.is_alive():
-                try:
+                with contextlib.suppress(Exception):
                     conn.send(("close", None))
-                except Exception:
-                    pass
         deadline = time.monotonic() + timeout
         for proc in self._processes:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self._processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in self._processes:
-            proc.join(timeout=1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=1.0)
-        for conn in self._conns:
-            try:
-                conn.close()
-            except Exception:
-                pass
-        for proc in self._processes:
-            try:
-                proc.close()
-            except Exception:
-                pass
+        _end_processes(self._processes)
+        for handle in (*self._conns, *self._processes):
+            with contextlib.suppress(Exception):
+                handle.close()
         self._free_shared_memory()
 
     def abort(self) -> None:

@@ -111,75 +111,90 @@ def worker_launch(hide_main: bool):
                 os.environ[k] = v
 
 
+class _Server:
+    """A worker's command loop over its ``EnvGroup``: ``step``, ``reset``, ``shm`` (observations into the
+    shared block from then on), ``close``."""
+
+    def __init__(self, conn, group: EnvGroup, worker_index: int):
+        self.conn, self.group, self.worker_index = conn, group, worker_index
+        self.shape = (len(group), *group.observation_shape)
+        self.obs_buf = np.zeros(self.shape, dtype=np.uint8)  # until the parent sends "shm"
+        self.shm = None
+
+    def serve(self) -> None:
+        """Answer commands until ``close``; an env's fault is sent back, not raised."""
+        while True:
+            cmd, arg = self.conn.recv()
+            if cmd == "close":
+                return
+            try:
+                self.conn.send(self.answer(cmd, arg))
+            except EnvFailure as f:
+                self.conn.send(("error", f.env_index, f.phase, f.tb))
+            except Exception:
+                phase = f"command {cmd!r} in worker {self.worker_index}"
+                self.conn.send(("error", None, phase, traceback.format_exc()))
+
+    def answer(self, cmd: str, arg) -> tuple:
+        """The reply to one command: ("ok", observations unless shared, rewards, dones, infos)."""
+        shared = self.shm is not None
+        if cmd == "step":  # arg: (first, stop, actions) of this worker's envs
+            lo, hi, actions = arg
+            rewards, dones, infos = self.group.step(actions, self.obs_buf, lo, hi)
+            return ("ok", None if shared else self.obs_buf[lo:hi], rewards, dones, infos)
+        if cmd == "reset":
+            self.group.reset(self.obs_buf)
+            return ("ok", None if shared else self.obs_buf, None, None, None)
+        if cmd == "shm":
+            from multiprocessing import shared_memory
+
+            name, offset = arg
+            self.shm = shared_memory.SharedMemory(name=name)
+            self.obs_buf = np.ndarray(self.shape, dtype=np.uint8, buffer=self.shm.buf, offset=offset)
+            return ("ok", None, None, None, None)
+        raise ValueError(f"unknown command {cmd!r}")
+
+    def close(self) -> None:
+        self.group.close()
+        self.obs_buf = None  # no view into the block outlives it
+        if self.shm is not None:
+            with contextlib.suppress(Exception):
+                self.shm.close()
+
+
+def _quiet_child(inherited_parent_end) -> None:
+    """A worker ignores Ctrl-C (the parent decides), runs one math thread, and (under 'fork') drops the
+    parent's end of its pipe."""
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for k in THREAD_ENV_VARS:
+        os.environ[k] = "1"
+    if inherited_parent_end is not None:
+        inherited_parent_end.close()
+
+
 def worker_main(
     conn, worker_index: int, first_index: int, payload: bytes, seed: int | None, inherited_parent_end=None
 ) -> None:
     """Entry point of a worker process hosting envs first_index .. first_index+len-1."""
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except (ValueError, OSError):
-        pass
-    for k in THREAD_ENV_VARS:
-        os.environ[k] = "1"
-    if inherited_parent_end is not None:  # 'fork': drop the parent's end of our pipe
-        inherited_parent_end.close()
-    group = None
-    shm = None
-    obs_buf = None
-
-    def send_error(env_index, phase, tb):
-        conn.send(("error", env_index, phase, tb))
-
+    _quiet_child(inherited_parent_end)
+    server = None
     try:
         try:
-            env_fns = pickle.loads(payload)
-            group = EnvGroup(env_fns, first_index, seed)
+            group = EnvGroup(pickle.loads(payload), first_index, seed)
         except EnvFailure as f:
-            send_error(f.env_index, f.phase, f.tb)
+            conn.send(("error", f.env_index, f.phase, f.tb))
             return
         except Exception:
-            send_error(first_index, "construction", traceback.format_exc())
+            conn.send(("error", first_index, "construction", traceback.format_exc()))
             return
+        server = _Server(conn, group, worker_index)
         conn.send(("ready", group.observation_shape, group.num_actions))
-        local = np.zeros((len(group), *group.observation_shape), dtype=np.uint8)
-        obs_buf = local
-        while True:
-            cmd, arg = conn.recv()
-            try:
-                if cmd == "step":  # arg: (first, stop, actions) of this worker's envs
-                    lo, hi, actions = arg
-                    rewards, dones, infos = group.step(actions, obs_buf, lo, hi)
-                    conn.send(("ok", None if shm is not None else obs_buf[lo:hi], rewards, dones, infos))
-                elif cmd == "reset":
-                    group.reset(obs_buf)
-                    conn.send(("ok", None if shm is not None else obs_buf, None, None, None))
-                elif cmd == "shm":
-                    from multiprocessing import shared_memory
-
-                    name, offset = arg
-                    shm = shared_memory.SharedMemory(name=name)
-                    obs_buf = np.ndarray(local.shape, dtype=np.uint8, buffer=shm.buf, offset=offset)
-                    conn.send(("ok", None, None, None, None))
-                elif cmd == "close":
-                    break
-                else:
-                    raise ValueError(f"unknown command {cmd!r}")
-            except EnvFailure as f:
-                send_error(f.env_index, f.phase, f.tb)
-            except Exception:
-                send_error(None, f"command {cmd!r} in worker {worker_index}", traceback.format_exc())
+        server.serve()
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the parent went away (or closed our pipe): just leave
     finally:
-        if group is not None:
-            group.close()
-        obs_buf = None
-        if shm is not None:
-            try:
-                shm.close()
-            except Exception:
-                pass
-        try:
+        if server is not None:
+            server.close()
+        with contextlib.suppress(Exception):
             conn.close()
-        except Exception:
-            pass
