@@ -147,41 +147,54 @@ class RunLog:
             lg.scalar(FIRST_VISIT_SHARE, gate_share.mean(), step)
         if cfg.int_reward == "snd":  # clip(eta x error, 0, 1): how often the clip bites
             lg.scalar(CLIPPED_SHARE, rollout["int_reward_clipped_share"], step)
-        names = self.spec.action_names(cfg) if self.spec.action_names is not None else None
-        actions = rollout["actions"]
-        shares = np.bincount(actions.ravel(), minlength=self.num_actions) / actions.size
-        for a, share in enumerate(shares):  # what the policy does (e.g. novelty farming by pickup/drop)
-            lg.scalar(f"{ACTION_SHARE}/{names[a] if names else a}", share, step)
+        self._action_shares(rollout["actions"], step)
         lg.scalar(INT_REWARD_MEAN, rollout["int_reward_mean"], step)
         lg.scalar(INT_REWARD_MAX, rollout["int_reward_max"], step)
         lg.scalar(INT_RETURN_STD, int_return_std, step)
         lg.scalar(ADV_EXT, rollout["adv_ext_mean"], step)
         lg.scalar(ADV_INT, rollout["adv_int_mean"], step)
         lg.scalar(NAN_UPDATES, nonfinite, step)
-        notes = []
-        if restart_log:
-            lg.scalar(WORKER_RESTARTS, len(restart_log), step)
-            notes = [f"env worker replaced ({line})" for line in restart_log[self._restarts_reported :]]
-            self._restarts_reported = len(restart_log)
+        notes = self._restarts(restart_log, step)
         t_collect, t_update = seconds
         lg.scalar(COLLECT_SECONDS, t_collect, step)
         lg.scalar(UPDATE_SECONDS, t_update, step)
         lg.scalar(STEPS_PER_SEC, cfg.rollout_size / max(t_collect + t_update, 1e-9), step)
+        self._episodes(episodes, update, step)
+        if cfg.histogram_interval and update % cfg.histogram_interval == 0:
+            lg.histogram(HIST_INT_REWARD, rollout["rewards_int"], step)
+            lg.histogram(HIST_ADVANTAGE, rollout["advantages"], step)
+        return notes
+
+    def _action_shares(self, actions: np.ndarray, step: int) -> None:
+        """Each action's share of the rollout (int64[T, N] actions): what the policy does (e.g. novelty
+        farming by pickup/drop)."""
+        names = self.spec.action_names(self.cfg) if self.spec.action_names is not None else None
+        shares = np.bincount(actions.ravel(), minlength=self.num_actions) / actions.size
+        for a, share in enumerate(shares):
+            self.lg.scalar(f"{ACTION_SHARE}/{names[a] if names else a}", share, step)
+
+    def _restarts(self, restart_log, step: int) -> list[str]:
+        """The count of env worker replacements, and a line for each one not reported yet."""
+        if not restart_log:
+            return []
+        self.lg.scalar(WORKER_RESTARTS, len(restart_log), step)
+        notes = [f"env worker replaced ({line})" for line in restart_log[self._restarts_reported :]]
+        self._restarts_reported = len(restart_log)
+        return notes
+
+    def _episodes(self, episodes, update: int, step: int) -> None:
+        """The finished episodes' scalars, and the places they visited (first update, episode counts)."""
         for info in episodes:
             ep = info["episode"]
             metrics = {"return": ep["r"], "length": ep["l"], **self.spec.episode_metrics(info)}
             self.recent.append(metrics)
-            lg.scalars("episode", metrics, step)
+            self.lg.scalars("episode", metrics, step)
             if self.spec.visited is not None:
                 for place in set(self.spec.visited(info)):
                     self.visited.setdefault(place, update)
                     self.visit_counts[place] += 1
         if self.spec.visited is not None:
-            lg.scalar(f"charts/{self.spec.visited_name}_visited_total", len(self.visited), step)
-        if cfg.histogram_interval and update % cfg.histogram_interval == 0:
-            lg.histogram(HIST_INT_REWARD, rollout["rewards_int"], step)
-            lg.histogram(HIST_ADVANTAGE, rollout["advantages"], step)
-        return notes
+            self.lg.scalar(f"charts/{self.spec.visited_name}_visited_total", len(self.visited), step)
 
     def eval(self, result: dict, update: int, step: int) -> None:
         """One greedy eval episode of the policy after ``update``, at that update's step."""

@@ -162,6 +162,23 @@ def _is_tensor_record(obj) -> bool:
     return isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], _Array)
 
 
+def _has_tensor_record(obj) -> bool:
+    """Is there a tensor record anywhere in ``obj``? (one pass by identity, no recursion)"""
+    stack, visited = [obj], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in visited:
+            continue
+        visited.add(id(x))
+        if _is_tensor_record(x):
+            return True
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return False
+
+
 def resolve(obj, max_references: int, to_tensor=None):
     """``obj`` from ``unpickle`` with its arrays built, walked once by identity.
 
@@ -169,61 +186,55 @@ def resolve(obj, max_references: int, to_tensor=None):
     array where there is no record (Paddle 2.0's format); None keeps arrays. A container reached
     again is converted once and shared again, as in the file; when the walk would follow more than
     ``max_references`` references (shared containers expanding), ``UnsafeFileError``."""
-    seen = {}  # id -> (converted, expanded size): each object is converted once
+    every_array = to_tensor is not None and not _has_tensor_record(obj)  # Paddle 2.0's format
+    return _Resolver(max_references, to_tensor, every_array).walk(obj)[0]
 
-    def any_record(o) -> bool:  # is there a tensor record anywhere? (one pass by identity)
-        stack, visited = [o], set()
-        while stack:
-            x = stack.pop()
-            if id(x) in visited:
-                continue
-            visited.add(id(x))
-            if _is_tensor_record(x):
-                return True
-            if isinstance(x, dict):
-                stack.extend(x.values())
-            elif isinstance(x, (list, tuple)):
-                stack.extend(x)
-        return False
 
-    every_array = to_tensor is not None and not any_record(obj)  # Paddle 2.0's format: arrays become tensors
+_LEAVES = (str, bytes, int, float, bool, type(None), np.generic)
 
-    def leaf(a: np.ndarray):
-        return to_tensor(a) if every_array else a
 
-    def walk(o, depth=0):
-        """(o converted, the number of entries o stands for when its shared parts are counted each time)."""
+class _Resolver:
+    """``resolve``'s walk: each object converted once (by identity), with the count of entries it stands
+    for when its shared parts are counted each time."""
+
+    def __init__(self, max_references: int, to_tensor, every_array: bool):
+        self.max_references, self.to_tensor, self.every_array = max_references, to_tensor, every_array
+        self.seen = {}  # id -> (converted, expanded size)
+
+    def walk(self, o, depth=0):
+        """(o converted, the number of entries o stands for)."""
         if depth > 200:
             raise UnsafeFileError("it nests containers more than 200 deep")
-        if isinstance(o, (str, bytes, int, float, bool, type(None), np.generic)):
+        if isinstance(o, _LEAVES):
             return o, 1
         key = id(o)
-        if key in seen:
-            return seen[key]
+        if key in self.seen:
+            return self.seen[key]
+        out, size = self._convert(o, depth)
+        if size > self.max_references:
+            raise UnsafeFileError(
+                f"its shared references would expand it past {self.max_references:,} entries (a 'billion laughs' file)"
+            )
+        self.seen[key] = (out, size)
+        return out, size
+
+    def _convert(self, o, depth):
         if isinstance(o, _Array):
             if o.array is None:
                 raise UnsafeFileError("it holds an array without its data")
-            out, size = leaf(o.array), 1
-        elif isinstance(o, _DType):
-            out, size = o.dtype, 1
-        elif _is_tensor_record(o) and to_tensor is not None:
-            out, size = to_tensor(o[1].array), 1
-        elif isinstance(o, dict):
+            return (self.to_tensor(o.array) if self.every_array else o.array), 1
+        if isinstance(o, _DType):
+            return o.dtype, 1
+        if _is_tensor_record(o) and self.to_tensor is not None:
+            return self.to_tensor(o[1].array), 1
+        if isinstance(o, dict):
             out, size = type(o)(), 1
             for k, v in o.items():
-                (k2, a), (v2, b) = walk(k, depth + 1), walk(v, depth + 1)
+                (k2, a), (v2, b) = self.walk(k, depth + 1), self.walk(v, depth + 1)
                 out[k2] = v2
                 size += a + b
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            parts = [walk(v, depth + 1) for v in o]
-            out, size = type(o)(p for p, _ in parts), 1 + sum(n for _, n in parts)
-        else:
-            raise UnsafeFileError(f"it holds a {type(o).__name__}, which a checkpoint never does")
-        if size > max_references:
-            raise UnsafeFileError(
-                f"its shared references would expand it past {max_references:,} entries (a 'billion laughs' file)"
-            )
-        seen[key] = (out, size)
-        return out, size
-
-    return walk(obj)[0]
+            return out, size
+        if isinstance(o, (list, tuple, set, frozenset)):
+            parts = [self.walk(v, depth + 1) for v in o]
+            return type(o)(p for p, _ in parts), 1 + sum(n for _, n in parts)
+        raise UnsafeFileError(f"it holds a {type(o).__name__}, which a checkpoint never does")
