@@ -107,17 +107,25 @@ def test_actor_refreshes_the_engine_on_first_use_after_the_weights_changed(monke
 
 
 def test_trainer_collection_with_the_engine_matches_the_training_network(tmp_path, monkeypatch):
-    """--inference onednn and --inference dygraph give the same rollout from one seed."""
+    """The trainer's predictor path (--inference onednn-bf16, with the exact fp32 predictor standing in for
+    the bfloat16 one, which needs AVX512-BF16) and --inference dygraph give the same rollout from one seed."""
     from rollouts import assert_same_rollout, montezuma_rollout
 
+    from common.cpu import ENGINES
+    from common.ppo.config import TrainConfig
+    from common.run.config import field_meta
+
+    assert tuple(field_meta(TrainConfig, "inference")["choices"]) == ENGINES  # the flag offers the engines
     monkeypatch.setattr(InferenceEngine, "min_batch", 8)  # the 8 envs' batches take the engine
+    exact = InferenceEngine.__init__
+    monkeypatch.setattr(InferenceEngine, "__init__", lambda self, net, shape, **kw: exact(self, net, shape))
 
     def rollout(inference):
         def check(tr):
-            assert isinstance(tr.actor.engine, InferenceEngine) == (inference == "onednn")
+            assert isinstance(tr.actor.engine, InferenceEngine) == (inference == "onednn-bf16")
 
         return montezuma_rollout(
             tmp_path, inference, check, num_processes=8, num_workers=-1, num_global_steps=96, inference=inference
         )
 
-    assert_same_rollout(rollout("onednn"), rollout("dygraph"))
+    assert_same_rollout(rollout("onednn-bf16"), rollout("dygraph"))

@@ -175,10 +175,10 @@ def test_cpu_only_flags_warn_where_the_speed_paths_are_off(plain):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert warn_ignored_cpu_flags(MarioConfig()) == []  # nothing set: nothing to say
-        ignored = warn_ignored_cpu_flags(MarioConfig(num_threads=2, inference="onednn"))
+        ignored = warn_ignored_cpu_flags(MarioConfig(num_threads=2, inference="onednn-bf16"))
     assert ignored == ["num_threads", "inference"]
     text = " ".join(str(w.message) for w in caught)
-    assert "--num-threads 2" in text and "--inference 'onednn'" in text and "PADDLE_CURIOSITY_PLAIN=1" in text
+    assert "--num-threads 2" in text and "--inference 'onednn-bf16'" in text and "PADDLE_CURIOSITY_PLAIN=1" in text
 
 
 def test_cpu_only_flags_are_quiet_where_they_apply(monkeypatch):

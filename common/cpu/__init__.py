@@ -66,7 +66,9 @@ __all__ = [
     "unit_floats",
 ]
 
-ENGINES = ("native", "onednn", "onednn-bf16", "dygraph")
+#: what ``--inference`` offers (the fp32 predictor, ``common.cpu.predictor.InferenceEngine``, is no faster than
+#: ``native`` anywhere measured: it stays a class for benchmarks/inference.py, not a choice)
+ENGINES = ("native", "onednn-bf16", "dygraph")
 
 
 fast_paths = switch.on
@@ -135,7 +137,7 @@ def collection_engine(net, obs_shape, kind: str, batch: int):
 
         if batch < InferenceEngine.min_batch:  # the export costs start-up time and saves nothing below it
             return None
-        return InferenceEngine(net, obs_shape, precision="bf16" if kind == "onednn-bf16" else "fp32")
+        return InferenceEngine(net, obs_shape, precision="bf16")
     except Exception as e:  # noqa: BLE001 - no oneDNN in this Paddle, or a network the engine cannot run
         warnings.warn(
             f"--inference {kind} is unavailable ({type(e).__name__}: {e}); collection runs the "

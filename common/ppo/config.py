@@ -42,10 +42,9 @@ class TrainConfig(RunConfig):
         "what runs the policy's forward passes during collection: native (the default and "
         "the fastest exact engine on a CPU: the same network on oneDNN + numpy, same outputs "
         "up to float rounding; networks without a compute(x, run) method use dygraph), "
-        "dygraph (the training network; always used on GPU), onednn-bf16 (bfloat16, for "
-        "CPUs with AVX512-BF16/AMX; not exact), onednn (the fp32 Paddle Inference predictor, "
-        "for comparison). Timings: docs/performance.md",
-        choices=("native", "onednn", "onednn-bf16", "dygraph"),
+        "dygraph (the training network; always used on GPU), onednn-bf16 (a bfloat16 Paddle Inference "
+        "predictor, for CPUs with AVX512-BF16/AMX; not exact). Timings: docs/performance.md",
+        choices=("native", "onednn-bf16", "dygraph"),  # common.cpu.ENGINES (a test keeps them equal)
     )
     allow_world_size_change: bool = arg(
         False,
