@@ -62,9 +62,9 @@ from benchmarks.lanes import (  # noqa: E402
     code_commit,
     interrupt_on_sigterm,
     logged_seconds,
-    read_segments,
     resume_ppo_run,  # noqa: F401  (where a run continues from: tests ask it here)
     run_plan,
+    segment_facts,
 )
 from common.run.logger import read_metrics  # noqa: E402
 
@@ -318,21 +318,6 @@ def task_methods(plan, task) -> list:
     """The methods a plan runs on ``task``, in ``METHODS``' order (PPO first, whatever ran first)."""
     planned_here = {m for t, ms, _ in plan if t == task for m in ms}
     return [m for m in METHODS if m in planned_here]
-
-
-def segment_facts(out, name):
-    """(wall seconds of every process of run ``name``, each start to its end; the commit of its last start;
-    the updates it was resumed at) from its segments (``lanes.segment_event``)."""
-    events = read_segments(out, name)
-    starts = [e for e in events if e.get("event") == "start"]
-    ends = [e for e in events if e.get("event") == "end"]
-
-    def when(e):
-        return time.mktime(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))
-
-    seconds = sum(when(b) - when(a) for a, b in zip(starts, ends))
-    resumed = [e["resume_update"] for e in starts if e.get("resume_update")]
-    return seconds, (starts[-1]["commit"] if starts else None), resumed
 
 
 def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):

@@ -165,6 +165,21 @@ def read_segments(out, name) -> list:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def segment_facts(out, name):
+    """(wall seconds of every process of run ``name``, each start to its end; the commit of its last start;
+    the updates it was resumed at) from its segments (``lanes.segment_event``)."""
+    events = read_segments(out, name)
+    starts = [e for e in events if e.get("event") == "start"]
+    ends = [e for e in events if e.get("event") == "end"]
+
+    def when(e):
+        return time.mktime(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))
+
+    seconds = sum(when(b) - when(a) for a, b in zip(starts, ends))
+    resumed = [e["resume_update"] for e in starts if e.get("resume_update")]
+    return seconds, (starts[-1]["commit"] if starts else None), resumed
+
+
 def cut_metrics(run_dir, keep):
     """Keep only the records of ``run_dir/metrics.jsonl`` for which ``keep(record)`` is true (a resumed
     run logs the rest again); a torn last line (the run was killed mid-write) is dropped too."""
@@ -241,6 +256,8 @@ class PlannedRun:
     label: str = ""
     env: dict = dataclasses.field(default_factory=dict)
     partial_summaries: bool = True
+    #: ``resume(run_dir) -> (checkpoint or None, its number)``, the run folder cut back to it (None: a PPO run's)
+    resume: typing.Callable | None = None
 
     def done(self) -> bool:
         if not os.path.exists(self.summary_path):
@@ -279,7 +296,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
             while pending and len(running) < lanes_at_once:
                 run = pending.pop(0)
                 run_dir = os.path.join(out, run.name)
-                ckpt, update = resume_ppo_run(run_dir, run.prefix)
+                ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
                 if ckpt is None and os.path.isdir(run_dir):
                     shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
                 segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)

@@ -26,12 +26,10 @@ train steps) in one chart.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -45,7 +43,6 @@ if ROOT not in sys.path:
 from benchmarks import lanes  # noqa: E402
 from benchmarks.intervals import bootstrap_diff, bootstrap_mean  # noqa: E402
 from benchmarks.lanes import binned, code_commit, logged_hours, write_json_atomic  # noqa: E402
-from common.run.launch import SIGNAL_EXIT  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 
 AGENTS = {"dqn": "DQN (epsilon 0.1)", "dqn-e0": "DQN_e0 (epsilon 0)", "snd": "SND (SND-V, epsilon 0)"}
@@ -62,7 +59,6 @@ SPEED_STEPS = 300
 # mid-run loses minutes, and the benchmark keeps only the newest two of those checkpoints per run
 SAVES_PER_RUN = 40
 KEEP_CHECKPOINTS = 2
-SIGTERM_EXIT = SIGNAL_EXIT[signal.SIGTERM]  # a trainer stopped by SIGTERM, its checkpoint saved
 
 
 def run_name(agent, seed):
@@ -190,89 +186,57 @@ def refresh_summaries(results, out) -> list:
 
 
 # ---------------------------------------------------------------------------------- running
-@dataclasses.dataclass
-class _Running:
-    """One run's process in ``run_all``."""
-
-    agent: str
-    seed: int
-    argv: list
-    proc: subprocess.Popen
-    log: object
-    started: float
-    resumed_at: int
-    threads: int  # its --num-threads (0: all cores)
-    widening: bool = False  # stopped (SIGTERM: it saves) to restart on all cores
+def resume_run(run_dir):
+    """(newest periodic checkpoint, its train steps) of a run folder, its metrics cut back to it; (None, 0)."""
+    ckpt, done_steps = newest_checkpoint(run_dir)
+    if ckpt is not None:
+        cut_metrics(run_dir, done_steps)
+    return ckpt, done_steps
 
 
-def run_all(agents, seeds, steps, evals, out, results, jobs, extra):
-    """Run the agents' missing runs, ``jobs`` at a time, each resumed from its newest checkpoint.
+def planned(agents, seeds, steps, evals, out, results, jobs, extra) -> list:
+    """The runs as ``lanes.PlannedRun``s, seed by seed; one CPU thread each when ``jobs`` share the machine."""
+    threads = 1 if jobs > 1 else 0
+    plan = []
+    for seed in range(seeds):
+        for agent in agents:
+            name = run_name(agent, seed)
 
-    Runs that share the machine get one CPU thread each; a run that has it alone gets all
-    cores. So when the last other run finishes, the remaining one is stopped (SIGTERM: it
-    saves a checkpoint at that step, with its replay memory) and restarted on all cores.
-    """
-    env = lanes.child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
-    todo = [
-        (a, k)
-        for k in range(seeds)
-        for a in agents
-        if not os.path.exists(os.path.join(results, f"{run_name(a, k)}.json"))
-    ]
-    print(f"{len(todo)} runs to do ({steps:,} train steps each); summaries in {results}", flush=True)
-    pending, running, failed = list(todo), [], []
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                agent, seed = pending.pop(0)
-                threads = 1 if jobs > 1 and (pending or running) else 0
-                run_dir = os.path.join(out, run_name(agent, seed))
-                ckpt, done_steps = newest_checkpoint(run_dir)
-                if ckpt is None and os.path.isdir(run_dir):
-                    shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
-                elif ckpt is not None:
-                    cut_metrics(run_dir, done_steps)
-                    print(f"resuming {run_name(agent, seed)} from {ckpt} ({done_steps:,} train steps)", flush=True)
-                argv = command(agent, seed, steps, evals, out, extra, ckpt, threads)
-                os.makedirs(out, exist_ok=True)
-                log = open(os.path.join(out, run_name(agent, seed) + ".log"), "a")
-                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-                running.append(_Running(agent, seed, argv, proc, log, time.time(), done_steps, threads))
-                cores = "1 thread" if threads == 1 else "all cores"
-                print(f"[{time.strftime('%H:%M:%S')}] start {run_name(agent, seed)} on {cores}", flush=True)
-            time.sleep(1)
-            for r in list(running):
-                name = run_name(r.agent, r.seed)
-                if r.proc.poll() is None:
-                    prune_checkpoints(os.path.join(out, name))
-                    continue
-                running.remove(r)
-                r.log.close()
-                secs = time.time() - r.started
-                if r.widening and r.proc.returncode == SIGTERM_EXIT:
-                    pending.insert(0, (r.agent, r.seed))
-                    print(f"[{time.strftime('%H:%M:%S')}] stopped {name} to restart it on all cores", flush=True)
-                    continue
-                if r.proc.returncode == 0:
-                    summary = summarize_run(os.path.join(out, name), r.agent, r.seed, steps, secs, r.argv)
-                    if r.resumed_at:  # this process ran only part of the run: rate from the steps it did
-                        summary["resumed_at"] = r.resumed_at
-                        summary["train_steps_per_sec"] = round((steps - r.resumed_at) / max(secs, 1e-9), 2)
-                    write_json_atomic(os.path.join(results, name + ".json"), summary)
-                    note = f"eval return at the end {summary['eval_return_at_end']}"
-                else:
-                    failed.append(name)
-                    note = f"FAILED rc={r.proc.returncode}, see {os.path.join(out, name + '.log')}"
-                print(f"[{time.strftime('%H:%M:%S')}] done {name} in {secs:.0f} s: {note}", flush=True)
-            if not pending and len(running) == 1 and running[0].threads == 1 and not running[0].widening:
-                running[0].widening = True
-                running[0].proc.send_signal(signal.SIGTERM)
-    except BaseException:  # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or an error: the runs save and stop too
-        lanes.stop_runs([r.proc for r in running])
-        for r in running:
-            r.log.close()
-        raise
-    return failed
+            def summarize(out_, status, agent=agent, seed=seed, name=name):
+                seconds, _, resumed = lanes.segment_facts(out_, name)  # every process of the run, start to end
+                argv = command(agent, seed, steps, evals, out, extra, None, threads)
+                summary = summarize_run(os.path.join(out_, name), agent, seed, steps, seconds, argv)
+                if resumed:
+                    summary["resumed_at"] = resumed[-1]
+                return summary
+
+            plan.append(
+                lanes.PlannedRun(
+                    name=name,
+                    argv=lambda resume, a=agent, k=seed: command(a, k, steps, evals, out, extra, resume, threads),
+                    prefix=CHECKPOINTS,
+                    summarize=summarize,
+                    summary_path=os.path.join(results, name + ".json"),
+                    partial_summaries=False,  # the report reads every summary as a finished run's
+                    resume=resume_run,
+                    label=f"({steps:,} train steps, {'1 thread' if threads == 1 else 'all cores'})",
+                )
+            )
+    return plan
+
+
+def run_all(agents, seeds, steps, evals, out, results, jobs, extra) -> list:
+    """Run the agents' missing runs on ``lanes.run_plan``, ``jobs`` at a time, each resumed from its newest
+    checkpoint (with its replay memory); returns the names of the runs that failed."""
+    os.makedirs(results, exist_ok=True)
+    plan = planned(agents, seeds, steps, evals, out, results, jobs, extra)
+    return lanes.run_plan(
+        plan,
+        out,
+        lanes_at_once=jobs,
+        keep=KEEP_CHECKPOINTS,
+        describe=lambda s: f"eval return at the end {s['eval_return_at_end']}",
+    )
 
 
 def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
@@ -572,7 +536,7 @@ def main(argv=None):
         "--jobs",
         type=int,
         default=1,
-        help="runs at a time (more than 1: one CPU thread each; the last one left restarts on all cores)",
+        help="runs at a time (more than 1: one CPU thread each)",
     )
     p.add_argument(
         "--out",

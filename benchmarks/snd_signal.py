@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -38,12 +37,7 @@ if ROOT not in sys.path:
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from benchmarks import lanes  # noqa: E402
-from benchmarks.lanes import (  # noqa: E402  (code_commit: recorded in each summary)
-    carry_nice_into_session,
-    code_commit,
-    interrupt_on_sigterm,
-    stop_runs,
-)
+from benchmarks.lanes import carry_nice_into_session, interrupt_on_sigterm  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 
 #: ICM was added with issue 29 (its Mario runs come after the Mario lanes of docs/mario_learning.md)
@@ -122,28 +116,30 @@ def summarize_run(run_dir, module, seed, seconds, argv, commit="unknown") -> dic
     }
 
 
-def run_all(todo, out, results):
-    env = lanes.child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    for module, seed, sizes in todo:
-        argv = command(module, seed, sizes, out)
-        name = run_name(module, seed)
-        print(f"[{time.strftime('%H:%M:%S')}] start {name}", flush=True)
-        t0, commit = time.time(), code_commit()
-        with open(os.path.join(out, name + ".log"), "w") as log:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-            try:
-                rc = proc.wait()
-            except BaseException:  # Ctrl-C, SIGTERM (lanes.interrupt_on_sigterm) or an error: the run saves and stops
-                stop_runs([proc])
-                raise
-        if rc != 0:
-            print(f"  FAILED (exit {rc}), see {os.path.join(out, name + '.log')}", flush=True)
-            continue
-        summary = summarize_run(os.path.join(out, name), module, seed, time.time() - t0, argv, commit)
-        os.makedirs(results, exist_ok=True)
-        with open(os.path.join(results, name + ".json"), "w") as f:
-            json.dump(summary, f, indent=1)
-        print(f"  done in {summary['seconds']:.0f} s: late/early {summary['late_over_early']:.3f}", flush=True)
+def planned(modules, seeds, sizes, out, results) -> list:
+    """The runs as ``lanes.PlannedRun``s (no checkpoints: a run cut short starts again), seed by seed."""
+    plan = []
+    for seed in range(seeds):
+        for module in modules:
+            name = run_name(module, seed)
+
+            def summarize(out_, status, module=module, seed=seed, name=name):
+                seconds, commit, _ = lanes.segment_facts(out_, name)
+                argv = command(module, seed, sizes, out)
+                return summarize_run(os.path.join(out_, name), module, seed, seconds, argv, commit or "unknown")
+
+            plan.append(
+                lanes.PlannedRun(
+                    name=name,
+                    argv=lambda resume, m=module, k=seed: command(m, k, sizes, out),
+                    prefix=name,  # no numbered checkpoints (--save-interval 0)
+                    summarize=summarize,
+                    summary_path=os.path.join(results, name + ".json"),
+                    partial_summaries=False,
+                    env={"OMP_NUM_THREADS": "1"},
+                )
+            )
+    return plan
 
 
 def load(results):
@@ -241,15 +237,9 @@ def main(argv=None):
     docs = args.docs or (out if args.quick else os.path.join(ROOT, "docs"))
     modules, seeds, sizes = (("rnd", "snd-v"), 1, QUICK_SIZES) if args.quick else (MODULES, SEEDS, SIZES)
     if not args.report_only:
-        os.makedirs(out, exist_ok=True)
-        todo = [
-            (m, s, sizes)
-            for s in range(seeds)
-            for m in modules
-            if not os.path.exists(os.path.join(results, run_name(m, s) + ".json"))
-        ]
-        print(f"{len(todo)} runs to do; summaries in {results}", flush=True)
-        run_all(todo, out, results)
+        os.makedirs(results, exist_ok=True)
+        late = "late/early {:.3f}".format
+        lanes.run_plan(planned(modules, seeds, sizes, out, results), out, describe=lambda s: late(s["late_over_early"]))
     report(load(results), docs)
 
 

@@ -149,36 +149,40 @@ sys.exit(143 if stop else 0)
 """
 
 
-def test_the_last_run_left_is_restarted_on_all_cores(tmp_path, monkeypatch):
-    """With --jobs 2 the runs get one thread each; when one finishes, the other is stopped with SIGTERM (a
-    trainer saves and exits 143) and restarted from that checkpoint on all cores; both summaries are written."""
+def test_runs_share_the_scheduler_and_resume_from_their_newest_checkpoint(tmp_path, monkeypatch):
+    """--jobs 2: one thread each, side by side on lanes.run_plan; a run with a periodic checkpoint continues
+    from it (its metrics cut back to that step); both summaries are written, the resumed one says where from;
+    a second call runs nothing; --jobs 1 gives a run all cores."""
     fake = tmp_path / "fake_trainer.py"
     fake.write_text(FAKE_TRAINER)
     out, results = tmp_path / "runs", tmp_path / "results"
-    results.mkdir()
+    run = out / "pong_snd_seed0"
+    (run / "models").mkdir(parents=True)
+    (run / "models" / "pong_snd_300.pdparams").write_bytes(b"x")
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"tag": "eval/return", "step": s, "value": -1.0}) + "\n" for s in (300, 450))
+    )
 
     def command(agent, seed, steps, evals, out_dir, extra=(), resume=None, threads=0):
         run_dir = os.path.join(out_dir, bench.run_name(agent, seed))
-        seconds = {"dqn": 0.5, "snd": 60.0}[agent] if threads == 1 else 0.1
-        return [sys.executable, str(fake), agent, run_dir, str(threads), resume or "", str(seconds)]
+        return [sys.executable, str(fake), agent, run_dir, str(threads), resume or "", "0.2"]
 
     monkeypatch.setattr(bench, "command", command)
-    failed = bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, [])
-    assert failed == []
+    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, []) == []
     assert sorted(p.name for p in results.iterdir()) == ["pong_dqn_seed0.json", "pong_snd_seed0.json"]
-    starts = [json.loads(x) for x in (out / "pong_snd_seed0" / "starts.jsonl").read_text().splitlines()]
-    assert starts[0] == {"threads": "1", "resume": ""}
-    assert starts[1]["threads"] == "0" and starts[1]["resume"].endswith("pong_snd_300.pdparams")
+    starts = [json.loads(x) for x in (run / "starts.jsonl").read_text().splitlines()]
+    assert starts == [{"threads": "1", "resume": str(run / "models" / "pong_snd_300.pdparams")}]
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [300, 600]
     dqn_starts = (out / "pong_dqn_seed0" / "starts.jsonl").read_text().splitlines()
     assert [json.loads(x)["threads"] for x in dqn_starts] == ["1"]
-    assert json.loads((results / "pong_snd_seed0.json").read_text())["resumed_at"] == 300
-    # one run at a time: each on all cores from the start, never stopped
+    snd, dqn = (json.loads((results / f"pong_{a}_seed0.json").read_text()) for a in ("snd", "dqn"))
+    assert snd["resumed_at"] == 300 and "resumed_at" not in dqn and dqn["eval_return_at_end"] == 1.0
+    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, []) == []  # nothing left to run
+    assert len((run / "starts.jsonl").read_text().splitlines()) == 1
     out1, results1 = tmp_path / "runs1", tmp_path / "results1"
-    results1.mkdir()
-    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out1), str(results1), 1, []) == []
-    for agent in ("dqn", "snd"):
-        lines = (out1 / f"pong_{agent}_seed0" / "starts.jsonl").read_text().splitlines()
-        assert [json.loads(x)["threads"] for x in lines] == ["0"]
+    assert bench.run_all(["dqn"], 1, 600, 3, str(out1), str(results1), 1, []) == []
+    lines = (out1 / "pong_dqn_seed0" / "starts.jsonl").read_text().splitlines()
+    assert [json.loads(x)["threads"] for x in lines] == ["0"]
 
 
 def test_late_comparison_separates_clearly_different_runs_and_resamples_seeds():
