@@ -77,10 +77,10 @@ def test_success_checkpoint_holds_the_evaluated_policy(tmp_path):
 
 
 def test_the_games_registry_names_each_games_module():
-    assert games.spec_module(MARIO.name) == "mario.train"
+    assert games.module_of(MARIO.name) == "mario.train"
     assert all(games.spec_of(name).name == name for name in games.names())
     with pytest.raises(ValueError, match="not one of mario"):
-        games.spec_module("tetris")
+        games.module_of("tetris")
 
 
 def test_eval_process_errors_surface_with_their_traceback():

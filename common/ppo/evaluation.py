@@ -299,7 +299,7 @@ class Evaluations:
             if self._pending is not None:  # the run is stopping: no new episode
                 return
             if self._background is None:
-                self._background = BackgroundEvaluator(games.spec_module(self.spec.name), self.cfg.to_dict())
+                self._background = BackgroundEvaluator(games.module_of(self.spec.name), self.cfg.to_dict())
             weights = {k: v.numpy() for k, v in snapshot["policy"].items()}
             self._background.submit(weights, seed, record_path, along)
             self._pending = snapshot

@@ -22,7 +22,7 @@ def names() -> tuple[str, ...]:
     return tuple(GAMES)
 
 
-def spec_module(name: str) -> str:
+def module_of(name: str) -> str:
     """The module that defines game ``name``'s ``SPEC``; ``ValueError`` naming the games otherwise."""
     if name not in GAMES:
         raise ValueError(f"game {name!r} is not one of {', '.join(GAMES)} (common/run/games.py)")
@@ -31,4 +31,4 @@ def spec_module(name: str) -> str:
 
 def spec_of(name: str):
     """Game ``name``'s ``GameSpec`` (its module imported)."""
-    return importlib.import_module(spec_module(name)).SPEC
+    return importlib.import_module(module_of(name)).SPEC
