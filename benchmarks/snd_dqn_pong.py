@@ -4,7 +4,6 @@
     python benchmarks/snd_dqn_pong.py --train-steps 300 --out /tmp/pong-check   # tiny end to end, scratch outputs
     python benchmarks/snd_dqn_pong.py --report-only       # rebuild docs/snd_dqn_pong.md's tables and the PNG
                                                           # from the committed summaries alone
-    python benchmarks/snd_dqn_pong.py --refresh-summaries --out RUNS  # older summaries' numbers from their runs
     python benchmarks/snd_dqn_pong.py --speed             # train steps/s of each agent (a few hundred steps)
 
 Every run is ``pong/train.py --agent <agent> --seed <k>`` with the article's settings
@@ -161,28 +160,6 @@ def load_summaries(results) -> dict:
     for runs in out.values():
         runs.sort(key=lambda s: s["seed"])
     return out
-
-
-#: what ``refresh_summaries`` keeps from a summary: how and when the run was made
-KEPT_ON_REFRESH = ("seconds", "train_steps_per_sec", "resumed_at", "command", "code_commit", "finished")
-
-
-def refresh_summaries(results, out) -> list:
-    """Recompute each summary's numbers from its run folder's metrics (where ``out`` still holds it),
-    keeping ``KEPT_ON_REFRESH``: for summaries written by an older version of this script. Returns the
-    refreshed paths."""
-    done = []
-    for path in sorted(glob.glob(os.path.join(results, "*_seed*.json"))):
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f)
-        run_dir = os.path.join(out, run_name(old["agent"], old["seed"]))
-        if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-            continue
-        new = summarize_run(run_dir, old["agent"], old["seed"], old["train_steps"], old["seconds"], [""])
-        new.update({k: old[k] for k in KEPT_ON_REFRESH if k in old})
-        write_json_atomic(path, new)
-        done.append(path)
-    return done
 
 
 # ---------------------------------------------------------------------------------- running
@@ -557,12 +534,6 @@ def main(argv=None):
     )
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the summaries")
     p.add_argument(
-        "--refresh-summaries",
-        action="store_true",
-        help="recompute the summaries' numbers from the run folders in --out that still exist (summaries "
-        "written by an older version of this script), then report",
-    )
-    p.add_argument(
         "--speed",
         action="store_true",
         help=f"measure train steps/s of each agent over {SPEED_STEPS} "
@@ -582,9 +553,6 @@ def main(argv=None):
         # dqn-e0 computes exactly what dqn does (only epsilon differs): measured only when asked for by name
         speed_agents = [a for a in args.agents if a != "dqn-e0"] if args.agents == list(AGENTS) else args.agents
         measure_speed(speed_agents, ("valid", "same"), os.path.join(out, "speed"), results)
-    elif args.refresh_summaries:
-        for path in refresh_summaries(results, out):
-            print(f"refreshed {path}")
     elif not args.report_only:
         failed = run_all(
             args.agents, args.seeds, args.train_steps, args.evals, out, results, args.jobs, args.extra.split()
