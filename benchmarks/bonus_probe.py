@@ -17,6 +17,16 @@ It then prints the same steps by action: how many, the share whose view did not 
 facing a wall, a pickup with nothing in front), the mean raw reward, and the mean gated reward
 (raw x the first-visit gate of training, which pays nothing for a view already seen in the
 episode): what each action earns the agent before the reward's scaling.
+
+    python benchmarks/bonus_probe.py CHECKPOINT --along [--episodes 40]
+
+``--along`` asks where in an episode the reward is paid (docs/exploration.md, suite v4, E3B): it plays
+the checkpoint's own policy (actions sampled, as in training) and a uniformly random policy, each for
+``--episodes`` episodes, scores each episode as above and applies the run's training gate, then prints
+for each policy: the share of an episode's paid reward in its first 10 steps, the paid reward per step
+in steps 0-9 and after step 100, the raw reward of a view new to the episode after step 100 over one
+new in steps 0-9, the paid reward per episode, and how often the key is picked up and a locked door
+opened.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.intrinsic.base import episode_rewards  # noqa: E402
 from common.intrinsic.normalize import FirstVisitGate  # noqa: E402
 from common.ppo.play import load_policy  # noqa: E402
-from gridworld.env import ACTION_NAMES, make_env  # noqa: E402
+from gridworld.env import ACTION_NAMES, make_env, state_key  # noqa: E402
 from gridworld.train import SPEC  # noqa: E402
 
 KINDS = ("new", "revisit", "turn")
@@ -109,14 +119,98 @@ def by_action(steps: dict) -> dict:
     return out
 
 
+def play(checkpoint: str, episodes: int = 40, seed: int = 0, policy: bool = True, max_steps: int = 0) -> list:
+    """Episodes of the checkpoint's policy (``policy``; actions sampled) or of a uniformly random one, each
+    scored by its intrinsic module: a list of dicts with ``raw`` and ``paid`` float32[L] (raw x the run's
+    training gate, before scaling), ``new_view`` bool[L] (the step's view is new to the episode), ``key``
+    (the key was picked up) and ``door`` (a locked door was opened)."""
+    import paddle
+
+    from common.cpu import unit_floats
+
+    state, cfg, net = load_policy(SPEC, checkpoint, "cpu", required=("policy", "intrinsic"))
+    module = intrinsic_for_run(SPEC, cfg, SPEC.spaces(cfg)[0])
+    module.set_state_dict(state["intrinsic"])
+    gated = cfg.int_first_visit or module.first_visit_gate
+    by_state = cfg.first_visit_key == "state"
+    rng, out = np.random.default_rng(seed), []
+    for episode in range(episodes):
+        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack, state_keys=by_state)
+        try:
+            obs = env.reset(seed=seed + episode)
+            doors = [d for d in env.unwrapped.grid.grid if d is not None and d.type == "door" and d.is_locked]
+            stacks, actions, keys, key = [obs], [], [state_key(env.unwrapped) if by_state else 0], False
+            for _ in range(max_steps or env.unwrapped.max_steps):
+                if policy:
+                    with paddle.no_grad():
+                        logits = net(unit_floats(obs[None]))[0].numpy()[0].astype(np.float64)
+                    probs = np.exp(logits - logits.max())
+                    a = int(rng.choice(len(probs), p=probs / probs.sum()))
+                else:
+                    a = int(rng.integers(len(ACTION_NAMES)))
+                obs, _, done, info = env.step(a)
+                stacks.append(obs)
+                actions.append(a)
+                keys.append(info.get("state_key", 0))
+                key = key or info["carrying"] == "key"
+                if done:
+                    break
+            door = any(d.is_open for d in doors)
+        finally:
+            env.close()
+        stacks, n = np.stack(stacks), len(actions)
+        zeros = np.zeros((n, 1), np.float32)
+        new_view = FirstVisitGate(1).gate_rollout(stacks[:-1, None], stacks[1:, None], zeros)[:, 0] > 0
+        if by_state:
+            k = np.asarray(keys, np.int64)[:, None]
+            gate = FirstVisitGate(1).gate_rollout(k[:-1], k[1:], zeros)[:, 0]
+        else:
+            gate = new_view.astype(np.float32) if gated else np.ones(n, np.float32)
+        raw = np.asarray(episode_rewards(module, stacks, np.array(actions)), np.float32)
+        out.append({"raw": raw, "paid": raw * gate, "new_view": new_view, "key": key, "door": door})
+    return out
+
+
+def along(episodes: list, early: int = 10, late: int = 100) -> dict:
+    """``play``'s episodes summed up: ``early_share`` (of each episode's paid reward, in its first ``early``
+    steps; mean over episodes), ``paid_early`` and ``paid_late`` (paid reward per step in steps < ``early``
+    and >= ``late``), ``new_view_late_over_early`` (raw reward of new views late over early),
+    ``paid_per_episode``, ``key`` and ``door`` (shares of episodes)."""
+
+    def steps(key, lo, hi, only_new=False):
+        vals = [e[key][lo:hi][e["new_view"][lo:hi]] if only_new else e[key][lo:hi] for e in episodes]
+        return np.concatenate(vals) if vals else np.zeros(0, np.float32)
+
+    shares = [float(e["paid"][:early].sum() / e["paid"].sum()) for e in episodes if e["paid"].sum() > 0]
+    new_early, new_late = _mean(steps("raw", 0, early, True)), _mean(steps("raw", late, None, True))
+    return {
+        "early_share": _mean(shares),
+        "paid_early": _mean(steps("paid", 0, early)),
+        "paid_late": _mean(steps("paid", late, None)),
+        "new_view_late_over_early": new_late / new_early if new_early else float("nan"),
+        "paid_per_episode": _mean([float(e["paid"].sum()) for e in episodes]),
+        "key": _mean([e["key"] for e in episodes]),
+        "door": _mean([e["door"] for e in episodes]),
+    }
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", help="a gridworld/train.py checkpoint of a run with an intrinsic module")
     p.add_argument("--episodes", type=int, default=20, help="random-walk episodes to score")
     p.add_argument("--seed", type=int, default=0, help="the walk's and the episodes' seed")
+    p.add_argument("--along", action="store_true", help="where in an episode the reward is paid: policy vs random")
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes {args.episodes} is invalid: expected a positive integer")
+    if args.along:
+        result = {}
+        for name, policy in (("policy", True), ("random", False)):
+            result[name] = along(play(args.checkpoint, args.episodes, args.seed, policy))
+            print(name, ", ".join(f"{k} {v:.4g}" for k, v in result[name].items()))
+        ratio = result["random"]["paid_per_episode"] / result["policy"]["paid_per_episode"]
+        print(f"random / policy, paid reward per episode: {ratio:.2f}")
+        return result
     steps = walk(args.checkpoint, args.episodes, args.seed)
     result = by_kind(steps)
     for kind, (mean, n) in result.items():

@@ -209,3 +209,12 @@ def test_bonus_probe_sorts_the_steps_of_a_real_e3b_run(tmp_path):
     assert table["forward"][3] > 0  # the walk's steps forward do show new views
     with pytest.raises(SystemExit):
         bonus_probe.main([checkpoint, "--episodes", "0"])
+    # --along: the run's own policy and a random one, episode by episode (E3B: gated by first visits)
+    episodes = bonus_probe.play(checkpoint, episodes=2, max_steps=40)
+    assert len(episodes) == 2 and all(len(e["raw"]) == len(e["paid"]) == len(e["new_view"]) <= 40 for e in episodes)
+    for e in episodes:  # the gate of training: only views new to the episode are paid
+        assert not e["paid"][~e["new_view"]].any() and np.array_equal(e["paid"][e["new_view"]], e["raw"][e["new_view"]])
+    summary = bonus_probe.along(episodes + bonus_probe.play(checkpoint, 2, policy=False, max_steps=40), late=20)
+    assert 0 <= summary["early_share"] <= 1 and 0 <= summary["key"] <= 1 and summary["paid_per_episode"] > 0
+    hand = np.mean([e["paid"][:10].sum() / e["paid"].sum() for e in episodes[:1]])
+    assert np.isclose(bonus_probe.along(episodes[:1])["early_share"], hand)
