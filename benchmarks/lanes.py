@@ -497,13 +497,15 @@ def restore_state(out, state) -> list:
 
 
 # ---------------------------------------------------------------------------------- a suite's command line
-def suite_main(suite, argv=None) -> int:
+def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     """The command line of a long-run suite: run its plan (resumable), ``--report-only``, ``--status``,
     ``--pack-state``. ``suite`` is the suite's module: ``__doc__``, ``PLAN``, ``RUN_FORMAT`` (what
     ``--runs`` takes), ``parse_runs(text)``, ``planned(plan, out, results, lanes_at_once, extra)``,
     ``load_summaries(results)``, ``describe(summary)``, ``summary_name(summary)``,
     ``write_report(results, docs)``, and the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE``.
-    Flags it does not know go to the trainer of every run (checks, e.g. a small budget)."""
+    Flags it does not know go to the trainer of every run (checks, e.g. a small budget). A suite adds
+    flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
+    before its report is written."""
     import argparse
 
     p = argparse.ArgumentParser(description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -516,6 +518,8 @@ def suite_main(suite, argv=None) -> int:
     p.add_argument("--status", action="store_true", help="print each summary's status and stop")
     p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
     p.add_argument("--state", default=suite.LANE_STATE, help="folder of packed resume state (restored when missing)")
+    if add_arguments is not None:
+        add_arguments(p)
     args, extra = p.parse_known_args(argv)
     carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     plan = suite.planned(
@@ -532,6 +536,8 @@ def suite_main(suite, argv=None) -> int:
         failed = run_plan(plan, args.out, args.lanes, args.state, describe=suite.describe)
         if failed:
             print("failed:", ", ".join(failed), file=sys.stderr)
+    if before_report is not None:
+        before_report(args)
     print("report:", suite.write_report(args.results, args.docs))
     return 0
 

@@ -5,6 +5,7 @@
     python benchmarks/montezuma_snd.py --report-only         # rebuild the report from the committed summaries
     python benchmarks/montezuma_snd.py --status              # where each run stands
     python benchmarks/montezuma_snd.py --pack-state          # the unfinished runs' resume state, to commit
+    python benchmarks/montezuma_snd.py --report-only --heatmaps   # + where each finished run goes in a room
 
 Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --seed <k>`` (128 envs x
 128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
@@ -20,13 +21,19 @@ A run's summary ``docs/results/montezuma_snd/<run name>.json`` (curves per 65,53
 first steps with a score of 400 and with a second room, hours, segments) is rewritten at every new
 checkpoint while it runs (``"status": "running"``) and once more when it ends (``"budget"``).
 ``--report-only`` rebuilds the results block of ``docs/montezuma.md`` and ``docs/montezuma.png`` from the
-summaries alone.
+summaries alone. ``--heatmaps`` first draws, for every finished run whose final checkpoint is in
+``--out`` and that has no picture yet, ``montezuma/play.py --heatmap`` (20,000 agent steps sampled
+from the final policy with seed 0: where in each room they go, and what the run's module pays there)
+into ``docs/results/montezuma_snd/heatmap_<run name>.png`` and ``.npz`` (a few KB); the report shows
+every such picture with its rank correlation of visits and reward.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -73,6 +80,7 @@ OUT = os.path.join(ROOT, "runs", "montezuma_snd")
 RUN_FORMAT = "METHOD:SEED"
 START, END = "<!-- montezuma-results:start -->", "<!-- montezuma-results:end -->"
 PREFIX = "montezuma"  # montezuma_<update>.pdparams
+HEATMAP_STEPS = 20_000  # agent steps sampled from a finished run's policy for its heatmap
 
 
 def run_name(method, seed):
@@ -270,18 +278,88 @@ def plot(summaries, path):
     plt.close(fig)
 
 
+def heatmap_path(results, summary) -> str:
+    return os.path.join(results, f"heatmap_{summary_name(summary)}.png")
+
+
+def draw_heatmaps(out, results, steps=HEATMAP_STEPS) -> list:
+    """``montezuma/play.py --heatmap`` for every finished run (status "budget") with its final checkpoint
+    in ``out`` and no picture in ``results`` yet; returns the pictures drawn."""
+    drawn = []
+    for s in load_summaries(results):
+        png = heatmap_path(results, s)
+        checkpoint, _ = lanes.newest_checkpoint(os.path.join(out, summary_name(s)), PREFIX)  # a finished run's last
+        if s["status"] != "budget" or os.path.exists(png) or checkpoint is None:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = ["--checkpoint", checkpoint, "--output", os.path.join(tmp, "greedy.mp4"), "--max-steps", "1"]
+            argv += ["--heatmap", png, "--heatmap-steps", str(steps), "--seed", "0"]
+            subprocess.run([sys.executable, os.path.join(ROOT, "montezuma", "play.py"), *argv], check=True)
+        drawn.append(png)
+    return drawn
+
+
+def heatmap_markdown(summaries, results, docs) -> str:
+    """The finished runs' heatmaps (those drawn), each with its rank correlation of visits and reward."""
+    from montezuma.pictures import HEAT_MIN_VISITS, rank_correlation
+
+    shown = [(s, heatmap_path(results, s)) for s in summaries if os.path.exists(heatmap_path(results, s))]
+    if not shown:
+        return ""
+    lines = [
+        "",
+        f"Inside the rooms: {HEATMAP_STEPS:,} agent steps sampled from each finished run's final policy "
+        "(`python benchmarks/montezuma_snd.py --report-only --heatmaps`, which runs `montezuma/play.py "
+        "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen) and the mean "
+        "intrinsic reward the run's module pays there. The rank correlation (Spearman, over the cells "
+        f"with at least {HEAT_MIN_VISITS} states) is negative when the module pays more where the policy goes less.",
+        "",
+        "| run | rooms of the sampled steps | episodes ended | rank correlation of visits and reward |",
+        "|---|---|---|---|",
+    ]
+    for s, png in shown:
+        with np.load(os.path.splitext(png)[0] + ".npz") as data:
+            table = {k: data[k] for k in ("rooms", "visits", "reward_sum")}
+            episodes = int(data["episodes"])
+        rho = rank_correlation(table) if s["method"] != "none" else None
+        rooms = ", ".join(map(str, table["rooms"].tolist()))
+        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {'-' if rho is None else f'{rho:.2f}'} |")
+    lines.append("")
+    lines += [f"![{summary_name(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
+    return "\n".join(lines)
+
+
 def write_report(results, docs):
     summaries = load_summaries(results)
     alt = "events, score and second-room share per episode"
-    return lanes.write_suite_report(docs, "montezuma.md", "montezuma.png", alt, summaries, markdown, plot, START, END)
+
+    def block(summaries):
+        return markdown(summaries) + heatmap_markdown(summaries, results, docs)
+
+    return lanes.write_suite_report(docs, "montezuma.md", "montezuma.png", alt, summaries, block, plot, START, END)
 
 
 def parse_runs(text):
     return lanes.parse_method_seeds(text, METHODS)
 
 
+def add_heatmap_flags(parser) -> None:
+    parser.add_argument(
+        "--heatmaps",
+        action="store_true",
+        help="before the report, draw montezuma/play.py --heatmap for every finished run whose final checkpoint "
+        "is in --out and that has no picture in --results yet",
+    )
+    parser.add_argument("--heatmap-steps", type=int, default=HEATMAP_STEPS, help="agent steps sampled per heatmap")
+
+
 def main(argv=None):
-    return lanes.suite_main(sys.modules[__name__], argv)
+    def before_report(args):
+        if args.heatmaps:
+            for png in draw_heatmaps(args.out, args.results, args.heatmap_steps):
+                print("heatmap:", png)
+
+    return lanes.suite_main(sys.modules[__name__], argv, add_arguments=add_heatmap_flags, before_report=before_report)
 
 
 if __name__ == "__main__":

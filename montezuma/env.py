@@ -47,6 +47,11 @@ STACK = 4
 RECORD_FPS = 60
 ROOM_RAM = 3
 LEVEL_RAM = 57
+#: Panama Joe's position: RAM bytes 42 (x) and 43 (y, growing upwards). Mapped to the 160x210 RGB
+#: screen, his sprite spans x .. x+7 and 311-y .. 323-y in the median frame; a test checks the
+#: mapping against the sprite's pixels.
+PLAYER_X_RAM, PLAYER_Y_RAM = 42, 43
+SPRITE_CENTRE = (3, 317)  # screen column = x + 3, screen row = 317 - y
 ROM_NAME = "montezuma_revenge"
 
 
@@ -173,6 +178,13 @@ class MontezumaEnv(GameEnv):
     @property
     def current_room(self) -> int:
         return int(self.ale.getRAM()[ROOM_RAM])
+
+    def player_position(self) -> tuple[int, int, int]:
+        """``(room, column, row)``: the room and the centre of Panama Joe's sprite in screen pixels of the
+        ``[210, 160, 3]`` RGB screen (from RAM; may fall off the screen while he changes rooms)."""
+        ram = self.ale.getRAM()
+        dx, y0 = SPRITE_CENTRE
+        return int(ram[ROOM_RAM]), int(ram[PLAYER_X_RAM]) + dx, y0 - int(ram[PLAYER_Y_RAM])
 
     # -- API -----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> np.ndarray:

@@ -7,6 +7,11 @@ neighbouring cell. Source: the Go-Explore authors' code (Ecoffet et al. 2019/202
 uber-research/go-explore, ``robustified/goexplore_py/montezuma_env.py``, ``PYRAMID``), which moves
 between rooms and draws its room maps with this table (docs/sources.md).
 
+``draw_positions`` is the picture inside the rooms (``montezuma/play.py --heatmap``): where in each
+room a policy's sampled episodes go (visits per 8x8-pixel cell of the screen, from Panama Joe's
+position in RAM) and what the run's intrinsic module pays there (the mean novelty of the states
+in each cell), over the room's screen.
+
 ``draw_rooms`` colours each room by how many finished training episodes reached it (log scale;
 gray: never reached), labels it with the update of its first visit, and outlines the rooms the
 latest rollout was in. The trainer logs it every ``--picture-interval`` updates
@@ -129,3 +134,97 @@ def rollout_picture(cfg, rollout):
     table = room_table(rollout.visited, rollout.visit_counts, current)
     title = f"Montezuma's Revenge, level 1, update {rollout.update}: the rooms training episodes reached"
     return draw_rooms(table, title), table
+
+
+# ------------------------------------------------------------------ inside the rooms
+SCREEN = (210, 160)  # rows, columns of the RGB screen
+CELL = 8  # pixels per side of a ``position_table`` cell
+GRID = (-(-SCREEN[0] // CELL), -(-SCREEN[1] // CELL))  # 27 x 20 cells
+HEAT_ROOMS = 3  # rooms drawn at most (the most visited)
+HEAT_MIN_VISITS = 5  # a cell's mean reward is drawn when at least this many states fell in it
+
+
+def position_table(rooms, cols, rows, rewards=None) -> dict:
+    """Visits and intrinsic reward per room and screen cell, from one entry per state.
+
+    ``rooms``, ``cols``, ``rows``: int[S] (``MontezumaEnv.player_position``), ``rewards``: float[S] or
+    None. Returns ``rooms`` int64[R] (the rooms seen, most states first), ``visits`` int64[R, 27, 20]
+    and ``reward_sum`` float64[R, 27, 20] (zeros without ``rewards``); a state off the screen counts
+    in its nearest cell."""
+    rooms, cols, rows = (np.asarray(a, np.int64).reshape(-1) for a in (rooms, cols, rows))
+    rewards = np.zeros(len(rooms)) if rewards is None else np.asarray(rewards, np.float64).reshape(-1)
+    if not len(rooms) == len(cols) == len(rows) == len(rewards):
+        raise ValueError(f"position_table: lengths {len(rooms)}, {len(cols)}, {len(rows)}, {len(rewards)} differ")
+    seen, counts = np.unique(rooms, return_counts=True)
+    order = seen[np.argsort(-counts, kind="stable")]
+    r = np.clip(rows // CELL, 0, GRID[0] - 1)
+    c = np.clip(cols // CELL, 0, GRID[1] - 1)
+    index = np.searchsorted(np.sort(order), rooms)
+    slot = np.argsort(order)[index]  # each state's place in ``order``
+    visits = np.zeros((len(order), *GRID), np.int64)
+    reward_sum = np.zeros((len(order), *GRID), np.float64)
+    np.add.at(visits, (slot, r, c), 1)
+    np.add.at(reward_sum, (slot, r, c), rewards)
+    return {"rooms": order.astype(np.int64), "visits": visits, "reward_sum": reward_sum}
+
+
+def rank_correlation(table: dict, min_visits: int = HEAT_MIN_VISITS) -> float | None:
+    """Spearman's rank correlation of the visits and the mean reward of the cells with at least
+    ``min_visits`` states (all rooms); None with fewer than 3 such cells. Novelty that points away from
+    where the policy goes is negative."""
+    visits, mean = table["visits"].reshape(-1), mean_reward(table).reshape(-1)
+    keep = visits >= min_visits
+    if keep.sum() < 3:
+        return None
+    a, b = (np.argsort(np.argsort(v[keep], kind="stable"), kind="stable").astype(np.float64) for v in (visits, mean))
+    a, b = a - a.mean(), b - b.mean()
+    denominator = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / denominator) if denominator > 0 else None
+
+
+def mean_reward(table: dict) -> np.ndarray:
+    """float64[R, 27, 20]: the mean reward per cell (NaN where no state fell)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(table["visits"] > 0, table["reward_sum"] / np.maximum(table["visits"], 1), np.nan)
+
+
+def draw_positions(table: dict, screens: dict, title: str = "", with_reward: bool = True) -> np.ndarray:
+    """Per room (the ``HEAT_ROOMS`` most visited, one row each) the visits per cell (log colours) and,
+    ``with_reward``, the mean intrinsic reward per cell with at least ``HEAT_MIN_VISITS`` states, over
+    ``screens[room]`` (uint8[210, 160, 3]; black when missing). Returns uint8[H, W, 3]."""
+    from matplotlib import colors
+
+    rooms = [int(r) for r in table["rooms"][:HEAT_ROOMS]]
+    panels = 2 if with_reward else 1
+    height = 400 * max(len(rooms), 1) + 70
+    fig = new_figure(max(340 * panels + 110, 520), height)
+    fig.subplots_adjust(top=1 - 75 / height, bottom=0.02, left=0.03, right=0.9, hspace=0.12, wspace=0.3)
+    mean = mean_reward(table)
+    extent = (0, GRID[1] * CELL, GRID[0] * CELL, 0)
+    most = max(int(table["visits"].max()), 2)
+    finite = mean[table["visits"] >= HEAT_MIN_VISITS]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    for i, room in enumerate(rooms):
+        screen = screens.get(room, np.zeros((*SCREEN, 3), np.uint8))
+        visits = table["visits"][i].astype(np.float64)
+        layers = [
+            (np.where(visits > 0, visits, np.nan), colors.LogNorm(1, most), "viridis", f"room {room}: visits"),
+            (
+                np.where(table["visits"][i] >= HEAT_MIN_VISITS, mean[i], np.nan),
+                colors.Normalize(low, high if high > low else low + 1e-9),
+                "magma",
+                f"room {room}: mean intrinsic reward",
+            ),
+        ][:panels]
+        for k, (values, norm, cmap, label) in enumerate(layers):
+            ax = fig.add_subplot(len(rooms) or 1, panels, i * panels + k + 1)
+            ax.imshow(screen, extent=(0, SCREEN[1], SCREEN[0], 0))
+            image = ax.imshow(values, extent=extent, norm=norm, cmap=cmap, alpha=0.75, interpolation="nearest")
+            ax.set_xlim(0, SCREEN[1])
+            ax.set_ylim(SCREEN[0], 0)
+            ax.set_title(label, fontsize=9)
+            ax.axis("off")
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return figure_image(fig)

@@ -190,6 +190,28 @@ def test_room_tracking_via_ram(env):
     assert len(pickle.dumps(info)) < 400
 
 
+def test_player_position_is_on_the_sprite():
+    """``player_position`` (RAM bytes 42/43 mapped to the screen) lands on Panama Joe's sprite, found by
+    its red (200, 72, 72) pixels below the score line, in the frames of a random walk in room 1."""
+    rng = np.random.default_rng(0)
+    hits = seen = 0
+    with make_env(sticky_prob=0.0) as e:
+        e.reset(seed=0)
+        for _ in range(600):
+            _, _, done, _ = e.step(int(rng.integers(18)))
+            if done:
+                e.reset()
+            red = np.all(e.rgb_frame() == (200, 72, 72), axis=-1)
+            red[:40] = False  # the lives and the score
+            rows, cols = np.nonzero(red)
+            room, col, row = e.player_position()
+            if room != 1 or not len(cols):
+                continue
+            seen += 1
+            hits += cols.min() - 4 <= col <= cols.max() + 4 and rows.min() - 6 <= row <= rows.max() + 6
+    assert seen > 300 and hits >= 0.95 * seen, (hits, seen)
+
+
 @pytest.mark.parametrize(
     "kwargs, needle",
     [

@@ -66,12 +66,17 @@ def test_a_packed_run_continues_on_a_machine_without_its_folder(tmp_path):
     rates = [s for s, line in zip(steps, open(out / name / "metrics.jsonl")) if "perf/steps_per_sec" in line]
     assert rates == [16, 32, 48]  # each update logged once across the two machines
 
-    # finished: the next pack removes its state; the report is rebuilt from the summary alone
+    # finished: its heatmap is drawn from the final checkpoint (once), the next pack removes its state
+    assert _bench(tmp_path, 48, "--report-only", "--heatmaps", "--heatmap-steps", "30") == 0
+    heat = np.load(res / f"heatmap_{name}.npz")
+    assert heat["visits"].sum() == 30 and heat["rooms"][0] == 1 and (res / f"heatmap_{name}.png").exists()
     assert _bench(tmp_path, 48, "--pack-state") == 0 and not (state / name).exists()
     shutil.rmtree(out)
-    assert _bench(tmp_path, 48, "--report-only") == 0
+    # the report is rebuilt from the committed files alone
+    assert _bench(tmp_path, 48, "--report-only", "--heatmaps") == 0
     report = (tmp_path / "docs" / "montezuma.md").read_text()
     assert "| SND-VIC | 0 | budget | 48 |" in report and (tmp_path / "docs" / "montezuma.png").exists()
+    assert f"| {name} | 1" in report and f"](../res/heatmap_{name}.png)" in report
 
 
 def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):

@@ -151,6 +151,32 @@ def test_room_map_colours_the_reached_rooms():
     assert colours[1] != colours[0] != colours[12]  # 40, 3 and 1 episodes: three shades
 
 
+def test_position_table_counts_and_averages_per_room_and_cell():
+    from montezuma.pictures import CELL, GRID, draw_positions, mean_reward, position_table, rank_correlation
+
+    rooms = [1, 1, 1, 0, 1, 1]
+    cols = [0, 7, 8, 80, 159, -3]  # -3: off the screen, counted in the nearest cell
+    rows = [0, 7, 0, 100, 209, 5]
+    table = position_table(rooms, cols, rows, [1.0, 3.0, 5.0, 7.0, 9.0, 11.0])
+    assert table["rooms"].tolist() == [1, 0] and table["visits"].shape == (2, *GRID) == (2, 27, 20)
+    assert table["visits"][0, 0, 0] == 3 and table["reward_sum"][0, 0, 0] == 1.0 + 3.0 + 11.0
+    assert table["visits"][0, 0, 1] == 1 and table["visits"][0, 209 // CELL, 159 // CELL] == 1
+    assert table["visits"][1, 100 // CELL, 80 // CELL] == 1 and table["visits"].sum() == 6
+    mean = mean_reward(table)
+    assert mean[0, 0, 0] == 5.0 and np.isnan(mean[0, 5, 5])
+    with pytest.raises(ValueError, match="lengths 2, 1"):
+        position_table([1, 1], [0], [0, 0])
+    # Spearman over the cells with enough states: reward falling with visits is -1, rising +1
+    many = position_table([1] * 60, [0] * 10 + [8] * 20 + [16] * 30, [0] * 60, [3.0] * 10 + [2.0] * 20 + [1.0] * 30)
+    assert rank_correlation(many) == pytest.approx(-1.0)
+    many["reward_sum"] = -many["reward_sum"]
+    assert rank_correlation(many) == pytest.approx(1.0)
+    assert rank_correlation(table) is None  # fewer than 3 cells with 5 states
+    image = draw_positions(many, {1: np.zeros((210, 160, 3), np.uint8)}, "t")
+    assert image.ndim == 3 and image.std() > 10
+    assert draw_positions(many, {}, with_reward=False).shape[1] < image.shape[1]  # one panel, not two
+
+
 def test_mario_bins_cover_every_position():
     from common.run.game import Rollout
     from mario.pictures import BIN, by_position, draw_by_position
@@ -313,3 +339,28 @@ def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
         out = play("montezuma", "--checkpoint", path, "--output", str(tmp_path / "p.mp4"), "--map", str(png))
         assert out.returncode == 0, out.stderr[-3000:]
         assert f"map {png}" in out.stdout and coloured_rooms(read_png(png)) == reached
+    # ... and --heatmap: where 40 sampled steps went in each room, and the module's reward there
+    png = tmp_path / "heat.png"
+    out = play(
+        "montezuma",
+        "--checkpoint",
+        result["checkpoint"],
+        "--output",
+        str(tmp_path / "h.mp4"),
+        "--heatmap",
+        str(png),
+        "--heatmap-steps",
+        "40",
+        "--seed",
+        "3",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"heatmap {png}" in out.stdout and "rank correlation" in out.stdout
+    assert "ccache" not in out.stderr  # no library banner (Paddle's, on import without a compiler cache)
+    data = np.load(tmp_path / "heat.npz")
+    assert data["visits"].sum() == 40 and 1 in data["rooms"].tolist()
+    assert np.isfinite(data["reward_sum"]).all() and data["reward_sum"].sum() > 0
+    assert data["episodes"] >= 4  # 8-step episodes, back to back
+    assert data["screens"].shape == (min(len(data["rooms"]), 3), 210, 160, 3) and read_png(png).std() > 10
+    bad = play("montezuma", "--checkpoint", result["checkpoint"], "--heatmap", str(png), "--heatmap-steps", "0")
+    assert bad.returncode == 2 and "--heatmap-steps 0 is invalid" in bad.stderr

@@ -163,10 +163,11 @@ def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
 def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
     """``(state, cfg, policy)`` of a checkpoint of ``spec``'s game, the policy network built on ``device``
     with the checkpoint's weights; any fault of the file exits with ``error: ...`` naming it."""
-    from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
     from common.run.device import set_device
 
-    set_device(device)  # before any tensor: the checkpoint's are made on this device
+    set_device(device)  # first: it imports Paddle quietly, and the checkpoint's tensors are made on this device
+    from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
+
     try:
         state = load_checkpoint(checkpoint, required=required, game=spec.name)
         cfg = spec.config_cls.from_dict(state["config"])
@@ -187,10 +188,12 @@ def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
 def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     """Entry point of each game's play.py.
 
-    A game adds flags of its own with ``add_arguments(parser)`` and acts on them with
-    ``after(args, state, result) -> dict`` (``state``: the checkpoint; ``result``: what is
-    printed, plus the last ``info``), which returns what to add to the printed result
-    (Montezuma: ``--map``).
+    A game adds flags of its own with ``add_arguments(parser)``, which may return ``(positive, paths)``:
+    the names of its flags that must be positive and of its output paths, checked with the common
+    ones before anything plays. It acts on them with ``after(args, state, result, cfg=, policy=)
+    -> dict`` (``state``: the checkpoint; ``result``: what is printed, plus the last ``info``;
+    ``cfg`` and ``policy``: the run's config and the loaded policy), which returns what to add to
+    the printed result (Montezuma: ``--map``, ``--heatmap``).
     """
     p = argparse.ArgumentParser(description=f"Play {spec.name} greedily from a checkpoint and record an mp4.")
     p.add_argument("--checkpoint", required=True, help="a .pdparams checkpoint written by train.py")
@@ -222,10 +225,12 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
         help="also draw the intrinsic reward of every step of the episode, with the frames at its highest "
         "peaks, to this PNG (the values go to the same name with .npz); needs a run with an intrinsic module",
     )
+    positive, paths = ("max_actions", "max_steps"), ("output", "plot")
     if add_arguments is not None:
-        add_arguments(p)
+        more_positive, more_paths = add_arguments(p) or ((), ())
+        positive, paths = positive + tuple(more_positive), paths + tuple(more_paths)
     args = p.parse_args(argv)
-    check_play_args(p, args, ("max_actions", "max_steps"), ("output", "plot"))
+    check_play_args(p, args, positive, paths)
     state, cfg, policy = load_policy(spec, args.checkpoint, args.device, required=("policy", "update"))
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     plot = args.plot and _can_plot(cfg, state)
@@ -250,7 +255,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     if plot:
         result["plot"] = plot_along_episode(spec, cfg, state, stacks, actions, screens, args.plot)
     if after is not None:
-        result.update(after(args, state, {**result, "info": info}))
+        result.update(after(args, state, {**result, "info": info}, cfg=cfg, policy=policy))
     print(
         f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): "
         + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
