@@ -308,6 +308,7 @@ def heatmap_markdown(summaries, results, docs) -> str:
         return ""
     lines = [
         "",
+        "",
         f"Inside the rooms: {HEATMAP_STEPS:,} agent steps sampled from each finished run's final policy "
         "(`python benchmarks/montezuma_snd.py --report-only --heatmaps`, which runs `montezuma/play.py "
         "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen) and the mean "
@@ -323,7 +324,8 @@ def heatmap_markdown(summaries, results, docs) -> str:
             episodes = int(data["episodes"])
         rho = rank_correlation(table) if s["method"] != "none" else None
         rooms = ", ".join(map(str, table["rooms"].tolist()))
-        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {'-' if rho is None else f'{rho:.2f}'} |")
+        said = "(no module)" if s["method"] == "none" else "-" if rho is None else f"{rho:.2f}"
+        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {said} |")
     lines.append("")
     lines += [f"![{summary_name(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
     return "\n".join(lines)
