@@ -411,6 +411,20 @@ def montezuma_notebook():
             "加载检查点试玩（访问过的房间数与得分；`--map`：训练到达过的房间地图）"
         ),
         play_cell("montezuma", quick_steps=50, full_steps=4500, width=320, picture="--map"),
+        md(
+            "## Inside the rooms (`--heatmap`): where the policy goes, and where its curiosity pays / "
+            "房间内部（`--heatmap`）：策略去了哪里，好奇心奖励在哪里\n\n"
+            "The policy plays more steps with actions sampled as in training; the left panel counts its visits "
+            "per 8x8-pixel cell of the room, the right one shows the mean intrinsic reward the run's module pays "
+            "there. A negative rank correlation means the module pays more where the policy goes less.\n\n"
+            "策略按训练时的方式（按概率采样动作）再玩若干步；左图是房间中每个 8x8 像素格子的访问次数，右图是该格子里"
+            "状态的平均内在奖励。秩相关为负，说明策略越少去的地方，好奇心奖励越高。"
+        ),
+        code("""
+            heat_png = os.path.join(result["run_dir"], "heatmap.png")
+            !{sys.executable} montezuma/play.py --checkpoint {result["checkpoint"]} --device {DEVICE} --output {os.path.join(result["run_dir"], "heat.mp4")} --max-steps 1 --heatmap {heat_png} --heatmap-steps {500 if QUICK else 20000}
+            display(Image(filename=heat_png, width=800))
+        """),
         visualdl_md("Montezuma"),
         print_cmd_cell(),
     ]

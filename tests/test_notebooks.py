@@ -122,6 +122,8 @@ def test_notebook_runs_in_quick_mode(name, kernel_env):
         assert "highest peaks at steps" in text and "2 pictures of where the agent has been" in text, text[-3000:]
         assert {"mario_rnd_ppo.ipynb": " plot ", "montezuma_rnd_ppo.ipynb": " map "}[name] in text
         assert len(images) >= 4
+        if name == "montezuma_rnd_ppo.ipynb":  # inside the rooms: the heatmap and its rank correlation
+            assert " heatmap " in text and "rank correlation" in text and len(images) >= 5
     print(f"{name}: {seconds:.1f} s")
 
 
