@@ -164,8 +164,10 @@ class MontezumaEnv(GameEnv):
         ram = self.ale.getRAM()
         room = int(ram[ROOM_RAM])
         self._rooms.add(room)
+        dx, y0 = SPRITE_CENTRE
         return {
             "room": room,
+            "position": (int(ram[PLAYER_X_RAM]) + dx, y0 - int(ram[PLAYER_Y_RAM])),  # screen column, row
             "rooms": sorted(self._rooms),
             "level": int(ram[LEVEL_RAM]),
             "lives": int(self.ale.lives()),
@@ -181,7 +183,8 @@ class MontezumaEnv(GameEnv):
 
     def player_position(self) -> tuple[int, int, int]:
         """``(room, column, row)``: the room and the centre of Panama Joe's sprite in screen pixels of the
-        ``[210, 160, 3]`` RGB screen (from RAM; may fall off the screen while he changes rooms)."""
+        ``[210, 160, 3]`` RGB screen (from RAM; may fall off the screen while he changes rooms). A step's
+        info carries the same as ``room`` and ``position``."""
         ram = self.ale.getRAM()
         dx, y0 = SPRITE_CENTRE
         return int(ram[ROOM_RAM]), int(ram[PLAYER_X_RAM]) + dx, y0 - int(ram[PLAYER_Y_RAM])

@@ -14,12 +14,14 @@ in each cell), over the room's screen.
 
 ``draw_rooms`` colours each room by how many finished training episodes reached it (log scale;
 gray: never reached), labels it with the update of its first visit, and outlines the rooms the
-latest rollout was in. The trainer logs it every ``--picture-interval`` updates
-(``rollout_picture``) and ``montezuma/play.py --map PATH`` draws it from a checkpoint. Room
+latest rollout was in. The trainer logs it every ``--picture-interval`` updates, with the rollout
+inside the rooms below it (``rollout_picture``), and ``montezuma/play.py --map PATH`` draws it from a checkpoint. Room
 numbers repeat on later levels: a room reached on level 2 shows on level 1's map.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -43,9 +45,10 @@ UNVISITED = (0.88, 0.88, 0.88)  # never reached
 CURRENT = "#1f4fd8"  # outline of the rooms of the latest rollout
 
 
-def step_record(info: dict):
-    """The room after a step (RAM byte 3)."""
-    return int(info.get("room", -1))
+def step_record(info: dict) -> tuple:
+    """The room after a step (RAM byte 3) and Panama Joe's screen position there: ``(room, column, row)``."""
+    column, row = info.get("position", (-1, -1))
+    return int(info.get("room", -1)), int(column), int(row)
 
 
 def room_boxes(size=MAP_SIZE) -> dict:
@@ -129,11 +132,60 @@ def draw_rooms(table: dict, title: str = "") -> np.ndarray:
 
 
 def rollout_picture(cfg, rollout):
-    """``GameSpec.rollout_picture``: the room map of the run so far, the latest rollout's rooms outlined."""
-    current = {room for row in rollout.records for room in row}
+    """``GameSpec.rollout_picture``: the room map of the run so far, the latest rollout's rooms outlined,
+    and below it the rollout inside its most visited rooms (``draw_positions``: its visits, and the raw
+    novelty of its states where the run has an intrinsic module). Returns the image and its values:
+    the room map's (``room_table``) and the rollout's ``position_table`` with ``heat_`` before each name."""
+    current = {record[0] for row in rollout.records for record in row}
     table = room_table(rollout.visited, rollout.visit_counts, current)
     title = f"Montezuma's Revenge, level 1, update {rollout.update}: the rooms training episodes reached"
-    return draw_rooms(table, title), table
+    rooms_image = draw_rooms(table, title)
+    heat = position_table(*rollout_positions(rollout, cfg.int_reward))
+    with_reward = rollout.intrinsic != "none"
+    what = "raw novelty of its states" if with_reward else "no intrinsic module"
+    heat_title = f"inside the rooms, update {rollout.update}'s rollout: visits, {what}"
+    heat_image = draw_positions(heat, {1: start_screen()}, heat_title, with_reward)
+    return stack_images(rooms_image, heat_image), {**table, **{f"heat_{k}": v for k, v in heat.items()}}
+
+
+@functools.cache
+def start_screen() -> np.ndarray:
+    """The first room's screen at the start of a game, uint8[210, 160, 3] (the background of the
+    training pictures' room 1; made once per process with a fresh emulator)."""
+    from montezuma.env import make_env
+
+    with make_env() as env:
+        env.reset(seed=0)
+        return env.rgb_frame()
+
+
+def rollout_positions(rollout, convention: str = "rnd") -> tuple:
+    """``(rooms, columns, rows, raw novelty)`` of a rollout's states, one entry per state that is scored.
+
+    ``rollout.raw_int[t, n]`` is the novelty of s_{t+1} under the ``rnd`` convention, whose position
+    is ``records[t][n]``; under ``snd`` it is the novelty of s_t, the state after step t - 1 (a state
+    just reset, and the rollout's first, have no record and are left out)."""
+    records = np.asarray(rollout.records, np.int64).reshape(len(rollout.records), -1, 3)  # [T, N, 3]
+    raw = np.asarray(rollout.raw_int, np.float64).reshape(records.shape[:2])
+    if convention == "snd":
+        keep = np.asarray(rollout.dones, np.float64).reshape(records.shape[:2])[:-1] == 0
+        records, raw = records[:-1][keep], raw[1:][keep]
+    else:
+        records, raw = records.reshape(-1, 3), raw.reshape(-1)
+    return records[:, 0], records[:, 1], records[:, 2], raw
+
+
+def stack_images(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """Two uint8[H, W, 3] images one above the other, the narrower centred on white."""
+    width = max(top.shape[1], bottom.shape[1])
+
+    def pad(image):
+        left = (width - image.shape[1]) // 2
+        out = np.full((image.shape[0], width, 3), 255, np.uint8)
+        out[:, left : left + image.shape[1]] = image
+        return out
+
+    return np.concatenate([pad(top), pad(bottom)])
 
 
 # ------------------------------------------------------------------ inside the rooms

@@ -177,6 +177,26 @@ def test_position_table_counts_and_averages_per_room_and_cell():
     assert draw_positions(many, {}, with_reward=False).shape[1] < image.shape[1]  # one panel, not two
 
 
+def test_rollout_positions_pair_each_novelty_with_its_state():
+    """rnd: raw[t, n] scores s_{t+1}, whose place is records[t][n]; snd: raw[t, n] scores s_t, the state after
+    step t - 1, unless env n's episode ended there (a reset state has no record)."""
+    from common.run.game import Rollout
+    from montezuma.pictures import rollout_positions
+
+    records = [[(1, 10 * t, n) for n in range(2)] for t in range(3)]  # T = 3 steps x N = 2 envs
+    raw = np.array([[0.0, 0.1], [1.0, 1.1], [2.0, 2.1]], np.float32)
+    dones = np.array([[0, 1], [0, 0], [0, 0]], np.float32)  # env 1's episode ended at step 0
+    rollout = Rollout(update=1, records=records, raw_int=raw, rewards_int=raw, dones=dones, intrinsic="rnd")
+    rooms, cols, rows, rewards = rollout_positions(rollout, "rnd")
+    assert cols.tolist() == [0, 0, 10, 10, 20, 20] and rows.tolist() == [0, 1] * 3
+    np.testing.assert_allclose(rewards, raw.reshape(-1))
+    rooms, cols, rows, rewards = rollout_positions(rollout, "snd")
+    # s_1 of env 0 (after step 0) is scored by raw[1, 0]; env 1's s_1 is a reset state: left out
+    assert list(zip(cols.tolist(), rows.tolist())) == [(0, 0), (10, 0), (10, 1)]
+    np.testing.assert_allclose(rewards, [1.0, 2.0, 2.1])
+    assert rooms.tolist() == [1, 1, 1]
+
+
 def test_mario_bins_cover_every_position():
     from common.run.game import Rollout
     from mario.pictures import BIN, by_position, draw_by_position
@@ -295,7 +315,7 @@ def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
 
     from common.ppo.trainer import Trainer
     from common.run.checkpoint import load_checkpoint, save_checkpoint
-    from montezuma.pictures import room_table
+    from montezuma.pictures import MAP_SIZE, room_table
     from montezuma.train import SPEC, MontezumaConfig, main
 
     flags = ["--num-envs", "2", "--num-workers", "-1", "--num-local-steps", "16", "--batch-size", "2"]
@@ -315,7 +335,10 @@ def test_montezuma_room_map_shows_the_rooms_the_run_reached(tmp_path):
     assert set(np.flatnonzero(data["first_update"] >= 0).tolist()) == reached
     assert data["episodes"][1] == episodes and data["current"][1]
     image = read_png(os.path.join(run_dir, "explore", "update_000002.png"))
-    assert coloured_rooms(image) == reached
+    assert image.shape[0] > MAP_SIZE[1] and coloured_rooms(image[: MAP_SIZE[1], : MAP_SIZE[0]]) == reached
+    # ... and below the map, the rollout inside the rooms: every state of 2 envs x 16 steps, the raw novelty
+    assert data["heat_visits"].sum() == 2 * 16 and data["heat_rooms"][0] == 1
+    assert np.isfinite(data["heat_reward_sum"]).all() and data["heat_reward_sum"].sum() > 0
     # the greedy episode's picture, with Atari screens at half size
     stem = os.path.join(run_dir, "eval_intrinsic", "update_000002")
     length, total = int(metrics["eval/length"][1][-1]), metrics["Eval Intrinsic reward"][1][-1]

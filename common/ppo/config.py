@@ -76,7 +76,8 @@ class TrainConfig(RunConfig):
     picture_interval: int = arg(
         10,
         "draw where the agent has been every N updates (0: never): Mario the intrinsic reward along x_pos "
-        "with deaths and flags, Montezuma the map of the rooms reached, MiniGrid the cells visited; logged "
+        "with deaths and flags, Montezuma the map of the rooms reached and the rollout inside them, MiniGrid the "
+        "cells visited; logged "
         "as explore/<name> and written to <run>/explore/. The greedy eval's intrinsic reward along the "
         "episode comes with each video (--video-interval)",
     )
