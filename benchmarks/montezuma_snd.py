@@ -311,12 +311,13 @@ def heatmap_markdown(summaries, results, docs) -> str:
         "",
         f"Inside the rooms: {HEATMAP_STEPS:,} agent steps sampled from each finished run's final policy "
         "(`python benchmarks/montezuma_snd.py --report-only --heatmaps`, which runs `montezuma/play.py "
-        "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen) and the mean "
+        "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen; 'cells visited' "
+        "counts the cells with one visit or more, of 540 per room) and the mean "
         "intrinsic reward the run's module pays there. The rank correlation (Spearman, over the cells "
         f"with at least {HEAT_MIN_VISITS} states) is negative when the module pays more where the policy goes less.",
         "",
-        "| run | rooms of the sampled steps | episodes ended | rank correlation of visits and reward |",
-        "|---|---|---|---|",
+        "| run | rooms of the sampled steps | episodes ended | cells visited | rank correlation of visits and reward |",
+        "|---|---|---|---|---|",
     ]
     for s, png in shown:
         with np.load(os.path.splitext(png)[0] + ".npz") as data:
@@ -325,7 +326,8 @@ def heatmap_markdown(summaries, results, docs) -> str:
         rho = rank_correlation(table) if s["method"] != "none" else None
         rooms = ", ".join(map(str, table["rooms"].tolist()))
         said = "(no module)" if s["method"] == "none" else "-" if rho is None else f"{rho:.2f}"
-        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {said} |")
+        cells = int((table["visits"] > 0).sum())
+        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {cells} | {said} |")
     lines.append("")
     lines += [f"![{summary_name(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
     return "\n".join(lines)

@@ -76,7 +76,7 @@ def test_a_packed_run_continues_on_a_machine_without_its_folder(tmp_path):
     assert _bench(tmp_path, 48, "--report-only", "--heatmaps") == 0
     report = (tmp_path / "docs" / "montezuma.md").read_text()
     assert "| SND-VIC | 0 | budget | 48 |" in report and (tmp_path / "docs" / "montezuma.png").exists()
-    assert f"| {name} | 1" in report and f"](../res/heatmap_{name}.png)" in report
+    assert f"| {name} | 1 |" in report and f"](../res/heatmap_{name}.png)" in report
 
 
 def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):
