@@ -358,10 +358,19 @@ def segments_table(summaries, name_of) -> list:
     lines = ["Segments (each start of a run's process):", ""]
     lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
     for s in summaries:
-        starts = [e for e in s["segments"] if e.get("event") == "start"]
-        ends = [e for e in s["segments"] if e.get("event") == "end"]
-        for k, e in enumerate(starts):
-            end = ends[k]["returncode"] if k < len(ends) else "(running or cut off)"
+        events = s["segments"]
+        for k, e in enumerate(events):
+            if e.get("event") != "start":
+                continue
+            # a start's end is the event right after it; a process killed outright (SIGKILL, a machine
+            # that stops) writes none, and the next start follows directly
+            after = events[k + 1] if k + 1 < len(events) else None
+            if after is None:
+                end = "(running or cut off)"
+            elif after.get("event") == "end":
+                end = after["returncode"]
+            else:
+                end = "killed (no exit recorded)"
             lines.append(f"| {name_of(s)} | {e['time']} | {e.get('resume_update', 0)} | {e['commit'][:7]} | {end} |")
     return lines
 

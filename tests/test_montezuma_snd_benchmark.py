@@ -96,3 +96,23 @@ def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):
     assert (s["first_step_key"], s["first_step_score_400"], s["first_step_second_room"]) == (30_000, 70_000, 70_000)
     assert s["curve"]["steps"] == [65_536, 131_072] and s["curve"]["episodes"] == [2, 1]
     assert s["curve"]["events"] == [0.5, 2.0] and s["curve"]["second_room_share"] == [0.0, 1.0]
+
+
+def test_segments_table_pairs_each_start_with_its_own_end():
+    """A process killed outright writes no end event: its start says so, and the later starts keep their
+    own ends (pairing by index would move every later end one row up)."""
+    seg = [
+        {"time": "t0", "event": "start", "commit": "a" * 40, "resume_update": 0},
+        {"time": "t1", "event": "start", "commit": "a" * 40, "resume_update": 30},  # the first was killed
+        {"time": "t2", "event": "end", "returncode": 130},
+        {"time": "t3", "event": "start", "commit": "b" * 40, "resume_update": 38},
+        {"time": "t4", "event": "end", "returncode": 0},
+        {"time": "t5", "event": "start", "commit": "b" * 40, "resume_update": 0},
+    ]
+    rows = [r for r in lanes.segments_table([{"segments": seg}], lambda s: "run") if r.startswith("| run | t")]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == [
+        "killed (no exit recorded)",
+        "130",
+        "0",
+        "(running or cut off)",
+    ]
