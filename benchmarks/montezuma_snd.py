@@ -301,7 +301,7 @@ def draw_heatmaps(out, results, steps=HEATMAP_STEPS) -> list:
 
 def heatmap_markdown(summaries, results, docs) -> str:
     """The finished runs' heatmaps (those drawn), each with its rank correlation of visits and reward."""
-    from montezuma.pictures import HEAT_MIN_VISITS, rank_correlation
+    from montezuma.pictures import HEAT_MIN_VISITS, place_share, rank_correlation
 
     shown = [(s, heatmap_path(results, s)) for s in summaries if os.path.exists(heatmap_path(results, s))]
     if not shown:
@@ -314,20 +314,27 @@ def heatmap_markdown(summaries, results, docs) -> str:
         "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen; 'cells visited' "
         "counts the cells with one visit or more, of 540 per room) and the mean "
         "intrinsic reward the run's module pays there. The rank correlation (Spearman, over the cells "
-        f"with at least {HEAT_MIN_VISITS} states) is negative when the module pays more where the policy goes less.",
+        f"with at least {HEAT_MIN_VISITS} states) is negative when the module pays more where the policy goes less. "
+        "'Place share' is the share of the reward's variance over the sampled states that the place (room and "
+        "cell) explains: near 1 the reward is a map of the room, near 0 it varies as much at one place as "
+        "between places.",
         "",
-        "| run | rooms of the sampled steps | episodes ended | cells visited | rank correlation of visits and reward |",
-        "|---|---|---|---|---|",
+        "| run | rooms of the sampled steps | episodes ended | cells visited | rank correlation of visits and reward "
+        "| place share |",
+        "|---|---|---|---|---|---|",
     ]
     for s, png in shown:
         with np.load(os.path.splitext(png)[0] + ".npz") as data:
-            table = {k: data[k] for k in ("rooms", "visits", "reward_sum")}
+            table = {k: data[k] for k in data.files if k in ("rooms", "visits", "reward_sum", "reward_sq_sum")}
             episodes = int(data["episodes"])
-        rho = rank_correlation(table) if s["method"] != "none" else None
+        module = s["method"] != "none"
+        rho = rank_correlation(table) if module else None
+        share = place_share(table) if module and "reward_sq_sum" in table else None
         rooms = ", ".join(map(str, table["rooms"].tolist()))
-        said = "(no module)" if s["method"] == "none" else "-" if rho is None else f"{rho:.2f}"
+        said = "(no module)" if not module else "-" if rho is None else f"{rho:.2f}"
+        shared = "(no module)" if not module else "-" if share is None else f"{share:.2f}"
         cells = int((table["visits"] > 0).sum())
-        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {cells} | {said} |")
+        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {cells} | {said} | {shared} |")
     lines.append("")
     lines += [f"![{summary_name(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
     return "\n".join(lines)

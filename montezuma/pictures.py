@@ -200,9 +200,9 @@ def position_table(rooms, cols, rows, rewards=None) -> dict:
     """Visits and intrinsic reward per room and screen cell, from one entry per state.
 
     ``rooms``, ``cols``, ``rows``: int[S] (``MontezumaEnv.player_position``), ``rewards``: float[S] or
-    None. Returns ``rooms`` int64[R] (the rooms seen, most states first), ``visits`` int64[R, 27, 20]
-    and ``reward_sum`` float64[R, 27, 20] (zeros without ``rewards``); a state off the screen counts
-    in its nearest cell."""
+    None. Returns ``rooms`` int64[R] (the rooms seen, most states first), ``visits`` int64[R, 27, 20],
+    ``reward_sum`` and ``reward_sq_sum`` float64[R, 27, 20] (the rewards and their squares summed per
+    cell; zeros without ``rewards``); a state off the screen counts in its nearest cell."""
     rooms, cols, rows = (np.asarray(a, np.int64).reshape(-1) for a in (rooms, cols, rows))
     rewards = np.zeros(len(rooms)) if rewards is None else np.asarray(rewards, np.float64).reshape(-1)
     if not len(rooms) == len(cols) == len(rows) == len(rewards):
@@ -215,9 +215,24 @@ def position_table(rooms, cols, rows, rewards=None) -> dict:
     slot = np.argsort(order)[index]  # each state's place in ``order``
     visits = np.zeros((len(order), *GRID), np.int64)
     reward_sum = np.zeros((len(order), *GRID), np.float64)
+    reward_sq_sum = np.zeros((len(order), *GRID), np.float64)
     np.add.at(visits, (slot, r, c), 1)
     np.add.at(reward_sum, (slot, r, c), rewards)
-    return {"rooms": order.astype(np.int64), "visits": visits, "reward_sum": reward_sum}
+    np.add.at(reward_sq_sum, (slot, r, c), rewards * rewards)
+    return {"rooms": order.astype(np.int64), "visits": visits, "reward_sum": reward_sum, "reward_sq_sum": reward_sq_sum}
+
+
+def place_share(table: dict) -> float | None:
+    """The share of the reward's variance over all states that the place explains (room and cell: the
+    between-cell sum of squares over the total, eta squared). Near 1: the module's reward is a map of the
+    room; near 0: it varies as much at one place (the skull's position, the animation, the time) as
+    between places. None without variance."""
+    n, total, squares = table["visits"].sum(), table["reward_sum"].sum(), table["reward_sq_sum"].sum()
+    if n == 0:
+        return None
+    within_total = squares - total * total / n
+    between = (table["reward_sum"] ** 2 / np.maximum(table["visits"], 1)).sum() - total * total / n
+    return float(between / within_total) if within_total > 1e-12 * max(squares, 1e-300) else None
 
 
 def rank_correlation(table: dict, min_visits: int = HEAT_MIN_VISITS) -> float | None:

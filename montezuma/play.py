@@ -147,6 +147,8 @@ def draw_heatmap(args, state: dict, cfg, policy) -> dict:
     if module is not None:
         correlation = pictures.rank_correlation(table)
         out["rank correlation"] = "n/a" if correlation is None else round(correlation, 3)
+        share = pictures.place_share(table)
+        out["place share"] = "n/a" if share is None else round(share, 3)
     return out
 
 

@@ -177,6 +177,21 @@ def test_position_table_counts_and_averages_per_room_and_cell():
     assert draw_positions(many, {}, with_reward=False).shape[1] < image.shape[1]  # one panel, not two
 
 
+def test_place_share_is_the_variance_the_cell_explains():
+    """Eta squared, checked by hand: a reward fixed per cell is all place (1), one that varies only inside
+    the cells none (0); a mix gives between / total."""
+    from montezuma.pictures import place_share, position_table
+
+    cols = [0, 0, 8, 8]
+    assert place_share(position_table([1] * 4, cols, [0] * 4, [1.0, 1.0, 3.0, 3.0])) == pytest.approx(1.0)
+    assert place_share(position_table([1] * 4, cols, [0] * 4, [1.0, 3.0, 1.0, 3.0])) == pytest.approx(0.0)
+    # cell means 1 and 3 around a grand mean 2: between 4 x 1 = 4; total (0, 2, 2, 4 -> -2, 0, 0, 2) = 8
+    assert place_share(position_table([1] * 4, cols, [0] * 4, [0.0, 2.0, 2.0, 4.0])) == pytest.approx(0.5)
+    # the room counts as part of the place: the same cell in two rooms is two places
+    assert place_share(position_table([1, 1, 2, 2], [0] * 4, [0] * 4, [1.0, 1.0, 3.0, 3.0])) == pytest.approx(1.0)
+    assert place_share(position_table([1, 1], [0, 8], [0, 0], [2.0, 2.0])) is None  # no variance
+
+
 def test_rollout_positions_pair_each_novelty_with_its_state():
     """rnd: raw[t, n] scores s_{t+1}, whose place is records[t][n]; snd: raw[t, n] scores s_t, the state after
     step t - 1, unless env n's episode ended there (a reset state has no record)."""
