@@ -10,7 +10,8 @@ where in each room those steps went, and, for a run with an intrinsic module, th
 reward the checkpoint's module pays in each part of the room (``montezuma.pictures.draw_positions``);
 the numbers go to the same name with ``.npz``. The printed ``rank correlation`` (Spearman, over the
 cells with at least 5 states) of visits and reward is negative when the module pays more where the
-policy goes less: the novelty points away from the well-trodden parts of the room.
+policy goes less: the novelty points away from the well-trodden parts of the room. The printed
+``place share`` is the share of the reward's variance that the place explains (``pictures.place_share``).
 """
 
 from __future__ import annotations
