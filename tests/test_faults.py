@@ -1359,3 +1359,40 @@ def test_reliability_page_lists_every_fault():
     missing = [name for name in FAULTS if f"(`{name}`)" not in page]
     assert not missing, f"docs/reliability.md lacks {missing}: run python benchmarks/reliability.py"
     assert "FAILED" not in page and "not run" not in page
+
+
+HEAP_CORRUPTION = """
+import ctypes, sys, threading
+import paddle
+if sys.argv[1] == "entry":
+    from common.run.launch import die_on_native_crash
+    die_on_native_crash()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def corrupt():
+    p = libc.malloc(4000)
+    libc.malloc(32)  # keeps p off the top chunk
+    libc.free(p)  # into the unsorted bin: its first 16 bytes are now the bin's links
+    ctypes.memset(p, 0x41, 16)  # a use after free overwrites them
+    libc.malloc(4000)  # glibc finds the broken links inside malloc, holding the arena's lock
+t = threading.Thread(target=corrupt, name="cpu-shard_0")
+t.start()
+t.join()
+print("survived")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap checks")
+def test_a_heap_corruption_ends_the_process_instead_of_hanging_it(tmp_path):
+    """A heap corruption found inside malloc on a worker thread (as a Montezuma lane run met once): with
+    Paddle's signal handler the process waited forever for malloc's lock; what the entry points set up
+    (``die_on_native_crash``) lets it die, with every thread's Python stack on stderr."""
+    script = tmp_path / "corrupt.py"
+    script.write_text(HEAP_CORRUPTION)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script), "entry"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode < 0 or proc.returncode >= 128, proc.returncode  # killed by its signal
+    assert "survived" not in proc.stdout
+    assert "Fatal Python error" in proc.stderr and "in corrupt" in proc.stderr
+    assert time.monotonic() - t0 < 60

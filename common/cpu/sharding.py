@@ -51,10 +51,23 @@ def ranges(batch: int, n: int) -> list[tuple[int, int]]:
 
 
 def run(fn, items) -> list:
-    """``[fn(item) for item in items]``, on the shard threads when there is more than one item."""
+    """``[fn(item) for item in items]``, on the shard threads when there is more than one item.
+
+    On the shard threads ``fn`` runs with autograd off: a shard's work is kernels on detached
+    tensors (its callers' PyLayers do the bookkeeping), and Paddle's graph building is not safe from
+    two threads at once (two shards slicing one tensor that requires grad both create its
+    accumulation node: a heap corruption, seen once in a 4M-step Montezuma run)."""
     if len(items) == 1 or _pool is None:
         return [fn(i) for i in items]
-    return list(_pool.map(fn, items))
+    return list(_pool.map(_without_grad(fn), items))
+
+
+def _without_grad(fn):
+    def call(item):
+        with paddle.set_grad_enabled(False):  # grad mode is per thread
+            return fn(item)
+
+    return call
 
 
 def _whole(fn, grad: bool):

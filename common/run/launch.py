@@ -58,6 +58,23 @@ def start_lines(spec: GameSpec, cfg, trainer) -> list[str]:
     ]
 
 
+def die_on_native_crash() -> None:
+    """Let a crash in native code end the process, with the Python stacks on stderr.
+
+    Paddle's own handler for SIGABRT / SIGSEGV allocates memory to print its C++ stack; after a heap
+    corruption (glibc aborts from inside ``malloc``, holding its lock) it waits for that lock forever,
+    and a training run hangs instead of ending. Without it the signal kills the process (its scheduler
+    sees the exit status and resumes from the last checkpoint); ``faulthandler`` prints every thread's
+    Python stack first, without allocating."""
+    import faulthandler
+
+    import paddle
+
+    paddle.disable_signal_handler()
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
+
+
 def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
     """What each game's train.py runs (through ``common.ppo.trainer.run`` or ``common.dqn.trainer.run``):
     parse flags, build the trainer, print what runs and where (``start_lines``), train.
@@ -71,6 +88,7 @@ def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
     from common.run.errors import NonFiniteLossError, RunStoppedError
 
     cfg = parse_config(spec.config_cls, argv, description=spec.config_cls.__doc__)
+    die_on_native_crash()
     try:
         trainer = trainer_cls(spec, cfg)
     except UsageError as e:  # a flag's value (e.g. an unusable --log-path): reported as argparse reports bad flags
