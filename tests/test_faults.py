@@ -1383,6 +1383,13 @@ print("survived")
 """
 
 
+@fault(
+    "a heap corruption that glibc finds inside malloc on a worker thread (a use after free in a subprocess "
+    "set up as the train.py entry points set themselves up; a Montezuma lane run met a real one once)",
+    "the process dies of its signal within seconds, every thread's Python stack on stderr (faulthandler); "
+    "before, Paddle's signal handler allocated inside the broken heap and the run hung forever",
+    "the newest checkpoint; the lane's scheduler sees the exit status",
+)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap checks")
 def test_a_heap_corruption_ends_the_process_instead_of_hanging_it(tmp_path):
     """A heap corruption found inside malloc on a worker thread (as a Montezuma lane run met once): with
