@@ -313,7 +313,7 @@ def heatmap_markdown(summaries, results, docs) -> str:
         "(`python benchmarks/montezuma_snd.py --report-only --heatmaps`, which runs `montezuma/play.py "
         "--heatmap` with seed 0): where they went (visits per 8x8-pixel cell of the screen; 'cells visited' "
         "counts the cells with one visit or more, of 540 per room) and the mean "
-        "intrinsic reward the run's module pays there. The rank correlation (Spearman, over the cells "
+        "novelty the run's module gives the states there (its raw error, before `--int-eta` and the clip). The rank correlation (Spearman, over the cells "
         f"with at least {HEAT_MIN_VISITS} states) is negative when the module pays more where the policy goes less. "
         "'Place share' is the share of the reward's variance over the sampled states that the place (room and "
         "cell) explains: near 1 the reward is a map of the room, near 0 it varies as much at one place as "
