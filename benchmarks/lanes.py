@@ -271,6 +271,9 @@ class PlannedRun:
         return summary
 
 
+CRASH_RETRIES = 2  # restarts of a run that died of a signal, per invocation of run_plan
+
+
 def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda summary: "", say_todo=True) -> list:
     """Run the unfinished ``PlannedRun``s of ``plan`` in order, ``lanes_at_once`` at a time; returns the
     names of the runs that failed.
@@ -279,8 +282,10 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     its first is started again. A packed run missing from ``out`` is first restored from ``state``
     (``restore_state``). Only the newest ``keep`` checkpoints are kept; the summary is refreshed at each new
     checkpoint ("running") and when the run ends. Each run is a session of its own, at this process's
-    nice value (``carry_nice_into_session``). A Ctrl-C, SIGTERM (``interrupt_on_sigterm``) or any error
-    here stops every run (each saves) and waits for it; a run stopped from outside stops the plan too."""
+    nice value (``carry_nice_into_session``). A run that dies of a signal of its own (a native crash) is
+    restarted from its newest checkpoint, up to ``CRASH_RETRIES`` times. A Ctrl-C, SIGTERM
+    (``interrupt_on_sigterm``) or any error here stops every run (each saves) and waits for it; a run
+    stopped from outside stops the plan too."""
     from common.run.launch import SIGNAL_EXIT
 
     env = child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
@@ -291,6 +296,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     if state is not None:
         restore_state(out, state)
     running, failed = [], []  # running: [run, proc, log, newest checkpoint seen]
+    crashes = {}  # run name: restarts after it died of a signal
     try:
         while pending or running:
             while pending and len(running) < lanes_at_once:
@@ -333,10 +339,18 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 prune_checkpoints(run_dir, run.prefix, keep)
                 status = run.status_at_end(rc, run_dir) if rc == 0 else "stopped"
                 summary = run.write_summary(out, status) if rc == 0 or run.partial_summaries else {}
-                if rc not in (0, *SIGNAL_EXIT.values()):
-                    failed.append(run.name)
                 note = describe(summary) if summary else f"see {os.path.join(out, run.name + '.log')}"
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {note}", flush=True)
+                if rc < 0 and crashes.get(run.name, 0) < CRASH_RETRIES:
+                    # killed by a signal of its own (a native crash, the OOM killer): again from its newest
+                    # checkpoint, first in line; an error the run reports itself (exit 1) would only repeat
+                    crashes[run.name] = crashes.get(run.name, 0) + 1
+                    pending.insert(0, run)
+                    print(
+                        f"[{time.strftime('%H:%M:%S')}] {run.name}: restarting from its newest checkpoint", flush=True
+                    )
+                elif rc not in (0, *SIGNAL_EXIT.values()):
+                    failed.append(run.name)
                 if rc in SIGNAL_EXIT.values():  # stopped from outside: the plan stops too
                     pending.clear()
     except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for

@@ -116,3 +116,38 @@ def test_segments_table_pairs_each_start_with_its_own_end():
         "0",
         "(running or cut off)",
     ]
+
+
+CRASHES_ONCE = """
+import os, sys
+marker = sys.argv[1]
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    os.abort()  # dies of SIGABRT, as a native crash does
+"""
+
+
+def test_a_run_that_dies_of_a_signal_is_restarted_from_its_checkpoint(tmp_path):
+    """run_plan restarts a run killed by a signal of its own (here the first start aborts) and the plan
+    finishes; a run that exits with an error of its own is not retried."""
+    script = tmp_path / "crash_once.py"
+    script.write_text(CRASHES_ONCE)
+    starts = []
+
+    def make(name, argv):
+        return lanes.PlannedRun(
+            name=name,
+            argv=lambda resume: (starts.append(name), argv)[1],
+            prefix="x",
+            summarize=lambda out, status: {"status": status},
+            summary_path=str(tmp_path / f"{name}.json"),
+            resume=lambda run_dir: (None, 0),
+        )
+
+    crash = make("crash", [sys.executable, str(script), str(tmp_path / "crashed")])
+    error = make("error", [sys.executable, "-c", "raise SystemExit(1)"])
+    failed = lanes.run_plan([crash, error], str(tmp_path / "out"), say_todo=False)
+    assert starts == ["crash", "crash", "error"] and failed == ["error"]
+    assert json.load(open(tmp_path / "crash.json"))["status"] == "budget"
+    ends = [e["returncode"] for e in lanes.read_segments(str(tmp_path / "out"), "crash") if e["event"] == "end"]
+    assert ends[0] < 0 and ends[1] == 0
