@@ -165,17 +165,28 @@ def read_segments(out, name) -> list:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def segment_pairs(events) -> list:
+    """(start event, its end event or None) for every start in ``events`` (``read_segments``), oldest first.
+    A start's end is the event right after it: a process killed outright (SIGKILL, a machine that stops)
+    writes none, and the next start follows directly."""
+    pairs = []
+    for k, e in enumerate(events):
+        if e.get("event") == "start":
+            after = events[k + 1] if k + 1 < len(events) else {}
+            pairs.append((e, after if after.get("event") == "end" else None))
+    return pairs
+
+
 def segment_facts(out, name):
-    """(wall seconds of every process of run ``name``, each start to its end; the commit of its last start;
-    the updates it was resumed at) from its segments (``lanes.segment_event``)."""
-    events = read_segments(out, name)
-    starts = [e for e in events if e.get("event") == "start"]
-    ends = [e for e in events if e.get("event") == "end"]
+    """(wall seconds of every process of run ``name`` that recorded its end, each start to its end; the
+    commit of its last start; the updates it was resumed at) from its segments (``lanes.segment_event``)."""
+    pairs = segment_pairs(read_segments(out, name))
+    starts = [start for start, _ in pairs]
 
     def when(e):
         return time.mktime(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))
 
-    seconds = sum(when(b) - when(a) for a, b in zip(starts, ends))
+    seconds = sum(when(end) - when(start) for start, end in pairs if end is not None)
     resumed = [e["resume_update"] for e in starts if e.get("resume_update")]
     return seconds, (starts[-1]["commit"] if starts else None), resumed
 
@@ -372,19 +383,12 @@ def segments_table(summaries, name_of) -> list:
     lines = ["Segments (each start of a run's process):", ""]
     lines += ["| run | started (UTC) | from update | commit | ended with |", "|---|---|---|---|---|"]
     for s in summaries:
-        events = s["segments"]
-        for k, e in enumerate(events):
-            if e.get("event") != "start":
-                continue
-            # a start's end is the event right after it; a process killed outright (SIGKILL, a machine
-            # that stops) writes none, and the next start follows directly
-            after = events[k + 1] if k + 1 < len(events) else None
-            if after is None:
-                end = "(running or cut off)"
-            elif after.get("event") == "end":
-                end = after["returncode"]
-            else:
-                end = "killed (no exit recorded)"
+        pairs = segment_pairs(s["segments"])
+        for k, (e, end_event) in enumerate(pairs):
+            if end_event is not None:
+                end = end_event["returncode"]
+            else:  # the last start may still be running; an earlier one was killed without an exit
+                end = "(running or cut off)" if k == len(pairs) - 1 else "killed (no exit recorded)"
             lines.append(f"| {name_of(s)} | {e['time']} | {e.get('resume_update', 0)} | {e['commit'][:7]} | {end} |")
     return lines
 

@@ -151,3 +151,19 @@ def test_a_run_that_dies_of_a_signal_is_restarted_from_its_checkpoint(tmp_path):
     assert json.load(open(tmp_path / "crash.json"))["status"] == "budget"
     ends = [e["returncode"] for e in lanes.read_segments(str(tmp_path / "out"), "crash") if e["event"] == "end"]
     assert ends[0] < 0 and ends[1] == 0
+
+
+def test_segment_facts_time_each_process_from_its_own_start(tmp_path):
+    """Wall time sums each start to its own end: a killed process (no end) adds nothing, and the later
+    processes are not paired with the wrong start."""
+    events = [
+        {"time": "2026-12-04T00:00:00Z", "event": "start", "commit": "a" * 40, "resume_update": 0},
+        {"time": "2026-12-04T01:00:00Z", "event": "start", "commit": "a" * 40, "resume_update": 30},  # first killed
+        {"time": "2026-12-04T01:10:00Z", "event": "end", "returncode": 130},
+        {"time": "2026-12-04T02:00:00Z", "event": "start", "commit": "b" * 40, "resume_update": 38},
+        {"time": "2026-12-04T02:05:00Z", "event": "end", "returncode": 0},
+    ]
+    with open(tmp_path / "run.segments.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+    seconds, commit, resumed = lanes.segment_facts(str(tmp_path), "run")
+    assert seconds == 600 + 300 and commit == "b" * 40 and resumed == [30, 38]
