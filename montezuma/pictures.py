@@ -230,9 +230,9 @@ def place_share(table: dict) -> float | None:
     n, total, squares = table["visits"].sum(), table["reward_sum"].sum(), table["reward_sq_sum"].sum()
     if n == 0:
         return None
-    within_total = squares - total * total / n
+    spread = squares - total * total / n  # the total sum of squares around the mean
     between = (table["reward_sum"] ** 2 / np.maximum(table["visits"], 1)).sum() - total * total / n
-    return float(between / within_total) if within_total > 1e-12 * max(squares, 1e-300) else None
+    return float(between / spread) if spread > 1e-12 * max(squares, 1e-300) else None
 
 
 def rank_correlation(table: dict, min_visits: int = HEAT_MIN_VISITS) -> float | None:

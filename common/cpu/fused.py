@@ -364,20 +364,17 @@ class _DnnlConvStack(PyLayer):
         sample = c * h * w * 4
         g_out = grads[0] if grads[0] is not None else paddle.zeros_like(_cat([a[-1] for a in acts]))
         g_keep = grads[1] if keep is not None and len(grads) > 1 else None
-        # sliced here, detached: the shard threads run kernels only (sharding.run)
-        g_outs = [g_out.detach()[a:b] for a, b in ctx.shards]
-        g_keeps = [g_keep.detach()[a:b] for a, b in ctx.shards] if g_keep is not None else None
 
         def one(j):
             a, b = ctx.shards[j]
             n, shard = b - a, acts[j]
-            g = g_outs[j]
+            g = g_out[a:b]
             hw_in = [(h, w)] + [tuple(t.shape[1:3]) for t in shard[:-1]]
             gws, gbs, gx = [None] * len(specs), [None] * len(specs), None
             for i in reversed(range(len(specs))):
                 cin, cout, k, st, pad, slope = specs[i]
-                if i == keep and g_keeps is not None:
-                    g = g + g_keeps[j]
+                if i == keep and g_keep is not None:
+                    g = g + g_keep[a:b]
                 gy = _act_grad(shard[i], g, slope)
                 t, conv = onednn.conv_for(n, cin, hw_in[i][0], hw_in[i][1], cout, k, st, pad, slope)
                 src = xh.data_ptr() + a * sample if i == 0 else shard[i - 1].data_ptr()
