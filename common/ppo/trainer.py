@@ -278,8 +278,14 @@ class Trainer:
         epochs (0: all). With more than one CPU thread (``num_threads``), that step runs on a
         second thread while the PPO step runs here: they share no parameters, optimizers or
         random generators, so the result is the sequential one (Paddle's grad mode is per
-        thread). The caller rolls a failed update back (``train``).
+        thread). It runs inside ``math_threads`` (numpy's BLAS held to one thread: two threads
+        each in a multi-threaded BLAS product is not a setting anything here is built for). The
+        caller rolls a failed update back (``train``).
         """
+        with self.math_threads():
+            return self._learn()
+
+    def _learn(self) -> dict | None:
         cfg = self.cfg
         sums, counts = collections.defaultdict(float), collections.defaultdict(int)
         module_epochs = cfg.intrinsic_epochs or cfg.num_epochs
@@ -308,8 +314,7 @@ class Trainer:
         """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``
         (raises ``_StopInUpdate`` after rolling back when a stop signal cut it short)."""
         try:
-            with self.math_threads():
-                losses = self.learn()
+            losses = self.learn()
             nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
             if losses is not None and not all_finite(nets):
                 losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
