@@ -14,6 +14,11 @@ from common.intrinsic.registry import ModuleSettings, described, names, register
 __all__ = ["ModuleSettings", "described", "intrinsic_for_run", "make_intrinsic", "names", "register", "registered"]
 
 
+#: ``--snd-network authors``: the methods it is for, with their predictor's initial gain in the authors'
+#: code (``STDModelAtari``: 0.5; ``VICRegModelAtari``: sqrt(2))
+AUTHORS_PREDICTOR_GAIN = {"snd-std": 0.5, "snd-vic": 2**0.5}
+
+
 def snd_convention_names() -> tuple[str, ...]:
     """The modules ``--int-reward snd`` (the SND authors' convention) is defined for: those of their code."""
     return tuple(name for name, cls in registered().items() if cls.snd_convention)
@@ -35,6 +40,7 @@ def make_intrinsic(
     value_max=255.0,
     num_actions: int | None = None,
     authors_scale: bool = False,
+    distil: str = "next",
 ):
     """Build the intrinsic module ``name`` (a registered one) with its class's ``from_run``.
 
@@ -59,6 +65,7 @@ def make_intrinsic(
         target_proportion=target_proportion,
         value_max=value_max,
         num_actions=num_actions,
+        distil=distil,
     )
     module = cls.from_run(make_networks, obs_shape, input_channels, settings)
     if authors_scale:
@@ -76,9 +83,21 @@ def intrinsic_for_run(spec, cfg, obs_shape):
             f"--intrinsic-frames {cfg.intrinsic_frames} is invalid: expected 1 to {obs_shape[0]} "
             f"(this game's observations stack {obs_shape[0]})"
         )
+    if cfg.snd_network == "authors":  # the SND authors' pair, and their predictor learns s_t
+        from common.intrinsic.networks import authors_snd_networks
+
+        gain = AUTHORS_PREDICTOR_GAIN[cfg.intrinsic]
+
+        def networks(c):
+            return authors_snd_networks(c, predictor_gain=gain, input_hw=obs_shape[-1])
+    else:
+
+        def networks(c):
+            return spec.make_intrinsic_networks(cfg, c)
+
     return make_intrinsic(
         cfg.intrinsic,
-        lambda c: spec.make_intrinsic_networks(cfg, c),
+        networks,
         obs_shape,
         cfg.intrinsic_frames,
         lr=cfg.intrinsic_lr or cfg.lr,
@@ -91,4 +110,5 @@ def intrinsic_for_run(spec, cfg, obs_shape):
         value_max=spec.obs_value_max,
         num_actions=spec.spaces(cfg)[1],
         authors_scale=cfg.int_reward == "snd",
+        distil="current" if cfg.snd_network == "authors" else "next",
     )

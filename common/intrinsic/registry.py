@@ -40,6 +40,7 @@ class ModuleSettings:
     target_proportion: float = 1.0  # the share of each minibatch an SND target trains on
     value_max: object = 255.0  # the largest raw observation value (a number or one per channel)
     num_actions: int | None = None  # the game's action count (inverse-dynamics modules need it)
+    distil: str = "next"  # which state an SND predictor learns: "next" (s_t+1) or "current" (s_t, the authors')
 
 
 def register(name: str):

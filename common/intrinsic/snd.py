@@ -48,6 +48,8 @@ VICREG_LAMBDA = 1.0
 VICREG_MU = 1.0
 VICREG_NU = 1.0 / 25.0
 VICREG_EPS = 1e-4
+#: ``distil`` -> the minibatch key of the states the predictor learns
+DISTIL_STATES = {"next": "next_obs", "current": "obs"}
 
 
 # ---------------------------------------------------------------------------------
@@ -200,6 +202,8 @@ class _SNDBase(DistillationModule):
         target_lr: Adam learning rate of the target (and extra heads).
         target_proportion: share of each minibatch the target step sees (at least 2
             samples), like ``update_proportion`` for the predictor.
+        distil: the state the predictor learns the target's features of: "next" (s_t+1, as RND)
+            or "current" (s_t, the state the SND convention pays for, as the authors' code).
         the rest: as ``DistillationModule`` (``max_grad_norm`` clips the target too).
     Subclasses implement ``_target_loss(batch) -> (total or None, {term: tensor})``
     (None: nothing to train on in this minibatch) and may return extra trainable
@@ -224,10 +228,14 @@ class _SNDBase(DistillationModule):
         max_grad_norm: float,
         seed: int = 0,
         target_proportion: float = 1.0,
+        distil: str = "next",
     ):
         if not 0.0 < target_proportion <= 1.0:
             raise ValueError(f"target_proportion must be in (0, 1], got {target_proportion}")
+        if distil not in DISTIL_STATES:
+            raise ValueError(f"distil must be one of {', '.join(DISTIL_STATES)}, got {distil!r}")
         self.target_proportion = float(target_proportion)
+        self.distil_key = DISTIL_STATES[distil]
         super().__init__(
             target,
             predictor,
@@ -251,7 +259,15 @@ class _SNDBase(DistillationModule):
         target_lr = s.lr if s.target_lr is None else s.target_lr
         extra = cls._extra(s)
         common = cls._common(obs_shape, input_channels, s)
-        return cls(target, predictor, target_lr=target_lr, target_proportion=s.target_proportion, **extra, **common)
+        return cls(
+            target,
+            predictor,
+            target_lr=target_lr,
+            target_proportion=s.target_proportion,
+            distil=s.distil,
+            **extra,
+            **common,
+        )
 
     @staticmethod
     def _extra(s) -> dict:
@@ -300,7 +316,7 @@ class _SNDBase(DistillationModule):
             out = {"snd_target": 0.0, **{f"snd_target/{k}": 0.0 for k in self.TERMS}}
         else:
             out = {"snd_target": float(total), **{f"snd_target/{k}": float(v) for k, v in terms.items()}}
-        return {"forward": self.distill(batch["next_obs"]), **out}
+        return {"forward": self.distill(batch[self.distil_key]), **out}
 
     def _valid_pairs(self, batch: dict):
         """(obs, next_obs) restricted to consecutive transitions (dones == 0), or None if < 2."""

@@ -14,6 +14,7 @@ from common.run.config import RunConfig, arg, default, flag_name, need
 
 #: ``--int-reward``: how novelty is paid (``common.intrinsic.normalize.IntrinsicRewardScale``)
 INT_REWARDS = ("rnd", "snd")
+SND_NETWORKS = ("game", "authors")
 
 
 @dataclass
@@ -178,6 +179,14 @@ class TrainConfig(RunConfig):
     update_proportion: float = arg(
         0.25, "share of each minibatch the intrinsic module trains on (RND/SND/NovelD predictor, ICM/E3B networks)"
     )
+    snd_network: str = arg(
+        "game",
+        "the networks of SND-STD and SND-VIC: game (the game's RND target and predictor, so that the "
+        "methods differ only in how the target is trained) or authors (the SND authors' Atari pair: "
+        "four 3x3 convolutions with ReLU and orthogonal gain 0.5, an ELU predictor, the local map after "
+        "the third convolution; and, as their code, the predictor learns s_t). docs/sources.md, section 4.1",
+        choices=SND_NETWORKS,
+    )
     snd_max_pairs: int = arg(512, "SND-STD: most consecutive pairs per target step (its scores grow as pairs^2)")
     target_proportion: float = arg(
         1.0,
@@ -330,6 +339,13 @@ class TrainConfig(RunConfig):
             self.int_reward,
             f"rnd with --intrinsic {self.intrinsic} (snd, the SND authors' convention, is defined for "
             f"{', '.join(intrinsic.snd_convention_names())})",
+        )
+        need(
+            self.snd_network == "game" or self.intrinsic in intrinsic.AUTHORS_PREDICTOR_GAIN,
+            "snd-network",
+            self.snd_network,
+            f"game with --intrinsic {self.intrinsic} (authors is for "
+            f"{', '.join(intrinsic.AUTHORS_PREDICTOR_GAIN)}: the SND authors' encoder for those)",
         )
         need(
             self.int_reward == "rnd" or not self.int_first_visit,
