@@ -54,13 +54,23 @@ PLAN = (
     ("snd-std", 0),
     ("snd-vic", 0),
     ("rnd", 0),
+    ("snd-vic-authors", 0),  # the amendment of 2026-12-04 (docs/montezuma.md)
     ("snd-vic", 1),
     ("rnd", 1),
     ("snd-std", 1),
     ("snd-v", 0),
 )
-METHODS = {"none": "PPO", "rnd": "PPO + RND", "snd-std": "SND-STD", "snd-vic": "SND-VIC", "snd-v": "SND-V"}
-COLORS = {"none": "C0", "rnd": "C3", "snd-std": "C2", "snd-vic": "C1", "snd-v": "C4"}
+METHODS = {
+    "none": "PPO",
+    "rnd": "PPO + RND",
+    "snd-std": "SND-STD",
+    "snd-vic": "SND-VIC",
+    "snd-v": "SND-V",
+    "snd-vic-authors": "SND-VIC, authors' networks",
+}
+#: the plan's methods that are a module with flags of their own: name -> (--intrinsic, the flags)
+VARIANTS = {"snd-vic-authors": ("snd-vic", ("--snd-network", "authors"))}
+COLORS = {"none": "C0", "rnd": "C3", "snd-std": "C2", "snd-vic": "C1", "snd-v": "C4", "snd-vic-authors": "C5"}
 #: the SND authors' chart (assets/results_chart.png, mean of 8-9 runs; read off the figure, about +-10 %):
 #: positive-reward events per episode at the agent steps given
 SND_CHART = {
@@ -69,6 +79,7 @@ SND_CHART = {
     "snd-std": "about 2.7 by 2-3M",
     "snd-vic": "about 2.5 by 3-4M",
     "snd-v": "(not read)",
+    "snd-vic-authors": "about 2.5 by 3-4M (their SND-VIC)",
 }
 RUN_ARGS = ("--save-interval", "10", "--eval-interval", "20", "--video-interval", "100")
 CURVE_BIN = 65_536  # agent steps per point of the curves: 4 updates
@@ -88,13 +99,15 @@ def run_name(method, seed):
 
 
 def command(method, seed, out, resume=None, threads=0, extra=()):
+    intrinsic, flags = VARIANTS.get(method, (method, ()))
     argv = [
         sys.executable,
         os.path.join(ROOT, "montezuma", "train.py"),
         "--recipe",
         RECIPE,
         "--intrinsic",
-        method,
+        intrinsic,
+        *flags,
         "--seed",
         str(seed),
         "--log-path",

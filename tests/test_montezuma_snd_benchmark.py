@@ -167,3 +167,26 @@ def test_segment_facts_time_each_process_from_its_own_start(tmp_path):
         f.writelines(json.dumps(e) + "\n" for e in events)
     seconds, commit, resumed = lanes.segment_facts(str(tmp_path), "run")
     assert seconds == 600 + 300 and commit == "b" * 40 and resumed == [30, 38]
+
+
+def test_the_authors_network_run_of_the_plan_is_snd_vic_with_their_networks():
+    """The amendment's run (``snd-vic-authors``): the recipe's SND-VIC with ``--snd-network authors``, its
+    own run name, and flags that parse to that configuration."""
+    from common.run.config import parse_config
+    from montezuma.train import MontezumaConfig
+
+    assert ("snd-vic-authors", 0) in bench.PLAN and bench.parse_runs("snd-vic-authors:0") == (("snd-vic-authors", 0),)
+    argv = bench.command("snd-vic-authors", 0, "runs/x")
+    assert (
+        bench.run_name("snd-vic-authors", 0) == "montezuma_snd-vic-authors_seed0" == argv[argv.index("--run-name") + 1]
+    )
+    cfg = parse_config(MontezumaConfig, argv[2:])
+    assert (cfg.intrinsic, cfg.snd_network, cfg.int_reward, cfg.int_eta, cfg.seed) == (
+        "snd-vic",
+        "authors",
+        "snd",
+        0.25,
+        0,
+    )
+    plain = parse_config(MontezumaConfig, bench.command("snd-vic", 0, "runs/x")[2:])
+    assert plain.snd_network == "game"
