@@ -9,6 +9,8 @@ is asked for.
 
 from __future__ import annotations
 
+import functools
+
 from common.intrinsic.registry import ModuleSettings, described, names, register, registered
 
 __all__ = ["ModuleSettings", "described", "intrinsic_for_run", "make_intrinsic", "names", "register", "registered"]
@@ -83,18 +85,14 @@ def intrinsic_for_run(spec, cfg, obs_shape):
             f"--intrinsic-frames {cfg.intrinsic_frames} is invalid: expected 1 to {obs_shape[0]} "
             f"(this game's observations stack {obs_shape[0]})"
         )
-    if cfg.snd_network == "authors":  # the SND authors' pair, and their predictor learns s_t
+    authors = cfg.snd_network == "authors"  # the SND authors' pair, and their predictor learns s_t
+    if authors:
         from common.intrinsic.networks import authors_snd_networks
 
         gain = AUTHORS_PREDICTOR_GAIN[cfg.intrinsic]
-
-        def networks(c):
-            return authors_snd_networks(c, predictor_gain=gain, input_hw=obs_shape[-1])
+        networks = functools.partial(authors_snd_networks, predictor_gain=gain, input_hw=obs_shape[-1])
     else:
-
-        def networks(c):
-            return spec.make_intrinsic_networks(cfg, c)
-
+        networks = functools.partial(spec.make_intrinsic_networks, cfg)
     return make_intrinsic(
         cfg.intrinsic,
         networks,
@@ -110,5 +108,5 @@ def intrinsic_for_run(spec, cfg, obs_shape):
         value_max=spec.obs_value_max,
         num_actions=spec.spaces(cfg)[1],
         authors_scale=cfg.int_reward == "snd",
-        distil="current" if cfg.snd_network == "authors" else "next",
+        distil="current" if authors else "next",
     )
