@@ -423,49 +423,86 @@ def _drop_optimizers(state):
     return state
 
 
-def _recast_checkpoint(src, dst, from_dtype, to_dtype, drop_optimizers: bool) -> str:
-    """Checkpoint ``src`` written to ``dst`` with every ``from_dtype`` tensor as a ``to_dtype`` numpy array.
+def _read_checkpoint(src) -> dict:
+    """Checkpoint ``src`` as a nested dict of numpy arrays and plain values, ``format`` left out.
 
     A pickle of an earlier version (a lane started before the format changed) is converted first, in a
     temporary copy (``common.run.convert``), so such a run can still be packed and continued."""
-    from common.run.checkpoint import load_checkpoint, save_checkpoint
+    from common.run.checkpoint import load_checkpoint
     from common.run.convert import convert, is_pickle
     from common.run.tensorfile import is_tensorfile
 
     with open(src, "rb") as f:
         head = f.read(9)
-    legacy = is_pickle(head) and not is_tensorfile(head)
-    if legacy:
-        tmp = dst + ".converting"
+    if is_pickle(head) and not is_tensorfile(head):
+        tmp = src + ".converting"
         shutil.copyfile(src, tmp)
         try:
             convert(tmp)
-            return _recast_checkpoint(tmp, dst, from_dtype, to_dtype, drop_optimizers)
+            return _read_checkpoint(tmp)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-
-    def recast(leaf):
-        array = leaf if isinstance(leaf, np.ndarray) else leaf.numpy() if hasattr(leaf, "numpy") else None
-        if array is None:
-            return leaf
-        return array.astype(to_dtype) if array.dtype == from_dtype else array
-
     state = load_checkpoint(src)
     state.pop("format", None)
-    return save_checkpoint(dst, _map_state(_drop_optimizers(state) if drop_optimizers else state, recast))
+    return _map_state(state, lambda leaf: leaf.numpy() if hasattr(leaf, "numpy") else leaf)
+
+
+#: an intrinsic module's float32 matrix with at least this many entries is packed as int8 with one scale
+#: per column (the SND authors' 15,488 x 512 layers, the games' 3,136 x 512): half float16's bytes; what
+#: that does to the reward: benchmarks/lane_state/README.md. The policy and every smaller array: float16
+QUANTIZE_MIN_ENTRIES = 1 << 20
+INT8_KEYS = ("int8_columns", "column_scale")
+
+
+def _quantize(matrix: np.ndarray) -> dict:
+    """float32[R, C] -> {int8[R, C], float32[C]}: each column scaled so its largest magnitude is 127."""
+    scale = np.abs(matrix).max(axis=0) / 127.0
+    scale[scale == 0] = 1.0  # an all-zero column stays zero
+    q = np.clip(np.rint(matrix / scale), -127, 127).astype(np.int8)
+    return {INT8_KEYS[0]: q, INT8_KEYS[1]: scale.astype(np.float32)}
+
+
+def _is_quantized(value) -> bool:
+    return isinstance(value, dict) and set(value) == set(INT8_KEYS)
 
 
 def slim_checkpoint(src, dst) -> str:
-    """Write a small copy of checkpoint ``src`` to ``dst``: float32 tensors as float16 numpy arrays, no
-    optimizer moments (a run resumed from it starts fresh Adam moments, which the trainer does for an
-    empty optimizer entry). About a quarter of the size: what a lane commits to continue a run elsewhere."""
-    return _recast_checkpoint(src, dst, np.float32, np.float16, drop_optimizers=True)
+    """Write a small copy of checkpoint ``src`` to ``dst``: float32 arrays as float16, an intrinsic
+    module's large matrices as int8 per column (``QUANTIZE_MIN_ENTRIES``), no optimizer moments (a run
+    resumed from it starts fresh Adam moments, which the trainer does for an empty optimizer entry).
+    What a lane commits to continue a run elsewhere."""
+    from common.run.checkpoint import save_checkpoint
+
+    def half(leaf):
+        return leaf.astype(np.float16) if isinstance(leaf, np.ndarray) and leaf.dtype == np.float32 else leaf
+
+    def small(leaf):
+        if isinstance(leaf, np.ndarray) and leaf.dtype == np.float32 and leaf.ndim == 2:
+            if leaf.size >= QUANTIZE_MIN_ENTRIES:
+                return _quantize(leaf)
+        return half(leaf)
+
+    state = _drop_optimizers(_read_checkpoint(src))
+    state = {k: _map_state(v, small if k == "intrinsic" else half) for k, v in state.items()}
+    return save_checkpoint(dst, state)
 
 
 def unslim_checkpoint(src, dst) -> str:
-    """``slim_checkpoint`` undone as far as it can be: float16 arrays back to float32 (the rounding stays)."""
-    return _recast_checkpoint(src, dst, np.float16, np.float32, drop_optimizers=False)
+    """``slim_checkpoint`` undone as far as it can be: float16 and int8 matrices back to float32 (the
+    rounding stays)."""
+    from common.run.checkpoint import save_checkpoint
+
+    def full(state):
+        if _is_quantized(state):
+            return state[INT8_KEYS[0]].astype(np.float32) * state[INT8_KEYS[1]]
+        if isinstance(state, dict):
+            return {k: full(v) for k, v in state.items()}
+        if isinstance(state, (list, tuple)):
+            return type(state)(full(v) for v in state)
+        return state.astype(np.float32) if isinstance(state, np.ndarray) and state.dtype == np.float16 else state
+
+    return save_checkpoint(dst, full(_read_checkpoint(src)))
 
 
 PACKED_FILES = ("config.json", "metrics.jsonl")

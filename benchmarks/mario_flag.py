@@ -14,8 +14,8 @@ away) continues from its newest numbered checkpoint, its ``metrics.jsonl`` cut b
 checkpoint first; only the newest two checkpoints are kept. Each start and end of a run's
 process is appended to ``<out>/<run name>.segments.jsonl`` (time, commit, steps), so a summary
 can say what ran when (the scheduler is ``lanes.run_plan``). A run longer than one machine's life
-continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (float16 weights, no
-optimizer moments: ``lanes.slim_checkpoint``), config, metrics and segments into
+continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
+rounded weights, no optimizer moments), config, metrics and segments into
 ``benchmarks/lane_state/mario_flag/`` to be committed, and a later invocation that finds no folder for
 the run restores them and resumes from that checkpoint.
 

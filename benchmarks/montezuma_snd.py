@@ -11,11 +11,11 @@ Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --
 128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
 a checkpoint every 10 updates (~6-12 minutes here). Runs go one after the other. A run cut short
 continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
-continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed to float16 weights without
-optimizer moments (``lanes.slim_checkpoint``, ~11 MB), with its config, metrics and segments into
-``benchmarks/lane_state/montezuma_snd/`` to be committed; a later invocation that finds no folder for
-the run restores them and resumes there (fresh Adam moments, weights rounded to float16: a resumed
-run says so in its segments).
+continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
+float16 weights, the intrinsic module's large matrices int8, no optimizer moments), with its config,
+metrics and segments into ``benchmarks/lane_state/montezuma_snd/`` to be committed; a later invocation
+that finds no folder for the run restores them and resumes there (fresh Adam moments, rounded weights:
+a resumed run's segments show where).
 
 A run's summary ``docs/results/montezuma_snd/<run name>.json`` (curves per 65,536 agent steps, rooms,
 first steps with a score of 400 and with a second room, hours, segments) is rewritten at every new

@@ -171,11 +171,16 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     # leaves): packing converts it on the way
     legacy = {"format": 1, "game": "mario", "config": {}, "update": 4}
     legacy.update(policy={"w": paddle.to_tensor(weights)}, optimizer={"m": paddle.to_tensor(weights)})
+    big = np.random.default_rng(0).standard_normal((1024, lanes.QUANTIZE_MIN_ENTRIES // 1024)).astype(np.float32)
+    legacy["intrinsic"] = {"target": {"fc.weight": paddle.to_tensor(big), "fc.bias": paddle.to_tensor(weights)}}
     paddle.save(legacy, os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
     lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
     argv = ["--pack-state", "--out", out, "--results", results, "--state", state]
     assert bench.main(argv) == 0
     assert sorted(os.listdir(os.path.join(state, name, "models"))) == ["mario_1_1_4.pdparams"]
+    packed = load_checkpoint(os.path.join(state, name, "models", "mario_1_1_4.pdparams"))
+    assert np.asarray(packed["intrinsic"]["target"]["fc.weight"]["int8_columns"]).dtype == np.int8
+    assert np.asarray(packed["policy"]["w"]).dtype == np.float16  # the policy is never quantized
     fresh = str(tmp_path / "fresh")
     os.makedirs(fresh)
     assert lanes.restore_state(fresh, state) == [name]
@@ -184,6 +189,10 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     w = np.asarray(restored["policy"]["w"])
     assert restored["optimizer"] == {} and w.dtype == np.float32
     np.testing.assert_allclose(w, weights, atol=1e-3)  # rounded to float16 once
+    back = np.asarray(restored["intrinsic"]["target"]["fc.weight"])
+    assert back.dtype == np.float32 and back.shape == big.shape
+    step = np.abs(big).max(axis=0) / 127  # one int8 step per column
+    assert np.all(np.abs(back - big) <= step / 2 + 1e-6) and np.abs(back - big).max() > 0
     assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
     assert lanes.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     os.makedirs(results)
@@ -191,6 +200,15 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
         json.dump({"status": "flag"}, f)
     assert bench.main(argv) == 0
     assert not os.path.exists(os.path.join(state, name))  # finished: nothing left to resume
+
+
+def test_quantize_scales_each_column_to_127_and_keeps_a_zero_column_zero():
+    import numpy as np
+
+    matrix = np.array([[1.0, -0.5, 0.0], [-0.25, 0.2, 0.0]], dtype=np.float32)
+    q = lanes._quantize(matrix)
+    np.testing.assert_allclose(q["column_scale"], [1 / 127, 0.5 / 127, 1.0], rtol=1e-6)
+    assert q["int8_columns"].tolist() == [[127, -127, 0], [-32, 51, 0]]  # -0.25 * 127 = -31.75, 0.2 * 254 = 50.8
 
 
 def test_stop_runs_passes_a_sigterm_on_as_sigint_and_waits(tmp_path):
