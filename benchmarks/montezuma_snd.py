@@ -71,7 +71,8 @@ METHODS = {
 #: the plan's methods that are a module with flags of their own: name -> (--intrinsic, the flags)
 VARIANTS = {"snd-vic-authors": ("snd-vic", ("--snd-network", "authors"))}
 COLORS = {"none": "C0", "rnd": "C3", "snd-std": "C2", "snd-vic": "C1", "snd-v": "C4", "snd-vic-authors": "C5"}
-#: the SND authors' chart (assets/results_chart.png, mean of 8-9 runs; read off the figure, about +-10 %):
+#: the SND authors' chart (assets/results_chart.png; their config: 9 runs for PPO and RND, 4 for SND-STD,
+#: 8 for SND-VIC and SND-V; y read off the figure to about +-10 %, x far more coarsely, docs/montezuma.md):
 #: positive-reward events per episode at the agent steps given
 SND_CHART = {
     "none": "0 throughout 128M",
@@ -242,7 +243,7 @@ def markdown(summaries) -> str:
         "",
         "| method | seed | status | agent steps | hours | rooms reached | most rooms in an episode "
         "| best score | first key | first score >= 400 | first 2nd room | events, last 0.5M "
-        "| SND chart (their 8-9 runs) |",
+        "| SND chart (mean of their 4-9 runs) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
