@@ -101,7 +101,7 @@ class DQNConfig(RunConfig):
         "valid",
         "padding of the DQN image block in every network: same (the article's Keras "
         "layers: 84->21->11->11, 7,744 features into Dense(512)) or valid (Nature "
-        "DQN/RND geometry: 84->20->9->7, 3,136 features, ~3.5x fewer multiply-adds: "
+        "DQN/RND geometry: 84->20->9->7, 3,136 features, ~1.7x fewer multiply-adds: "
         "the default, for CPU speed; see docs/snd_dqn_pong.md)",
         choices=("valid", "same"),
     )

@@ -24,7 +24,7 @@ network), Keras' default initialization (Glorot uniform weights, zero biases).
 ``padding="same"`` is Keras' "same" exactly (output 21 -> 11 -> 11, TF's extra
 padding row/column on the bottom/right of the second convolution): the article's
 layers, 7,744 features into the dense layer. ``padding="valid"`` is the Nature-DQN /
-RND geometry (20 -> 9 -> 7, 3,136 features) and costs ~3.5x fewer multiply-adds;
+RND geometry (20 -> 9 -> 7, 3,136 features) and costs ~1.7x fewer multiply-adds;
 see ``docs/snd_dqn_pong.md`` for the speed of each.
 """
 

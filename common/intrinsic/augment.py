@@ -1,7 +1,8 @@
 """Image augmentations for SND-V's contrastive target training.
 
-Every function takes a float32 batch ``x`` of shape ``[B, C, H, W]`` (normalized
-observations, exactly as the target sees them; a numpy array or a Paddle tensor)
+Every function takes a float32 batch ``x`` of shape ``[B, C, H, W]`` (observations on
+their raw scale, before the observation normalizer, where the authors augment their
+pixels; a numpy array or a Paddle tensor)
 and a ``numpy.random.Generator`` ``rng`` that draws every random decision, so an
 augmentation is reproducible from the generator's state (which the intrinsic module
 checkpoints). Each returns a float32 Paddle tensor of the same shape; the pixel work
@@ -18,13 +19,13 @@ input before the target sees it); the SND paper and the Japanese SND article add
 random convolution filter, applied first: "random conv -> random tile mask -> uniform
 noise". ``snd_v_augment`` is that pipeline for 84x84 pixels (docs/sources.md, section 4).
 
-Those sizes are for 84x84 Atari frames. ``snd_v_augment_for(hw, value_max)`` sizes the
-same pipeline to another observation: tile sizes and the random-conv kernel scale with
-the input's side relative to 84 (a 7x7 MiniGrid view keeps only 1-cell tiles, and a
-kernel under 3 would not be a spatial filter, so there is no random conv), and the
-noise is 0.2 of the value range, on the raw input scale (``value_max``: 255 for pixels,
-the largest category code per channel for MiniGrid), as the authors add it to pixels
-before normalization.
+The authors use those sizes on 96x96 frames; here they are used unchanged on 84x84 Atari
+frames. ``snd_v_augment_for(hw, value_max)`` sizes the same pipeline to another
+observation: tile sizes and the random-conv kernel scale with the input's side relative
+to 84 (a 7x7 MiniGrid view keeps only 1-cell tiles, and a kernel under 3 would not be a
+spatial filter, so there is no random conv), and the noise is 0.2 of the value range, on
+the raw input scale (``value_max``: 255 for pixels, the largest category code per channel
+for MiniGrid), as the authors add it to pixels before normalization.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def compose(*fns):
 #: SND-V's default: random conv, tile mask, uniform noise, each with p=0.5 (see module doc).
 snd_v_augment = compose(random_conv, random_tile_mask, uniform_noise)
 
-#: the input side the authors' sizes are for
+#: the input side at which the sizes are used unchanged (the authors': 96, their Atari frames)
 ATARI_SIDE = 84
 NOISE_SHARE = 0.2
 CONV_KERNEL = 5
