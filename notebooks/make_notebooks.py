@@ -309,7 +309,8 @@ def mario_notebook():
             ## Curves / 训练曲线
 
             `Training Reward` is the tutorial's (mean over envs of the rollout's extrinsic rewards, summed over
-            time); the eval tags come from one greedy episode after every update (`--eval-interval`).
+            time); the eval tags come from one greedy episode every `--eval-interval` updates (5 in the
+            `cpu-1-1` recipe, every update in the quick mode).
         """),
         curves_cell(
             [

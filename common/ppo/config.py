@@ -58,7 +58,9 @@ class TrainConfig(RunConfig):
         0.0, "also save a checkpoint after an update when this many minutes have passed since the last one (0: off)"
     )
     eval_interval: int = arg(1, "run a greedy evaluation episode every this many updates (0: never)")
-    video_interval: int = arg(10, "record the evaluation episode to mp4 every this many updates (0: never)")
+    video_interval: int = arg(
+        10, "record the evaluation episode to mp4 at evaluations whose update is a multiple of this (0: never)"
+    )
     eval_in_background: bool = arg(
         True,
         "play the evaluation episode in a separate process with a snapshot of the "
