@@ -24,7 +24,7 @@ for the eval process), and "ms per eval step" is the episode's time in the eval 
 Peak RSS is summed over the trainer and its env workers
 (psutil, sampled every 0.2 s).
 
-    python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (~10-15 min)
+    python benchmarks/throughput.py                        # defaults: 2 updates of 6 x 128 (docs/performance.md)
     python benchmarks/throughput.py --updates 1 --skip montezuma
     python benchmarks/throughput.py --compare HEAD~1 --updates 1   # this tree against a commit, alternating
 

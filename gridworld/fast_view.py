@@ -2,8 +2,8 @@
 
 MiniGrid's ``gen_obs`` slices a 7x7 ``Grid`` out of the world (a new ``Wall`` object for
 every cell off the map), rotates it ``agent_dir + 1`` times (a new ``Grid`` each time),
-walks the occlusion rule over it and encodes it: most of a MiniGrid step and about half of
-a suite run's time (profiled on KeyCorridorS3R2; docs/performance.md). Here
+walks the occlusion rule over it and encodes it: most of a MiniGrid step (profiled on
+KeyCorridorS3R2; the numbers are in docs/performance.md). Here
 each view cell is mapped straight to its world cell, the occlusion rule runs on plain
 lists in MiniGrid's own order, and only the visible cells are encoded. The result is equal
 element for element (``tests/test_gridworld.py`` compares it with MiniGrid's own on random

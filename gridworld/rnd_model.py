@@ -4,8 +4,8 @@
 RND paper's 8x8/4 (which needs 84x84 input): three 2x2 stride-1 convolutions,
 16 - 32 - 32 channels, LeakyReLU: 7x7 -> 6x6 -> 5x5 -> 4x4, flatten 512, then a
 linear head to ``feature_dim`` = 128 (the predictor adds two ReLU-Linear(128)
-layers, as in RND). Sized for a 2-core CPU: the intrinsic update (predictor, and
-for SND the target) otherwise costs 3x the PPO update. ``forward_with_map``
+layers, as in RND). Sized for a 2-core CPU: with larger networks the intrinsic update (predictor, and
+for SND the target) would cost several times the PPO update. ``forward_with_map``
 returns the 32 x 5 x 5 map after the second convolution
 (25 locations for SND-STD's local InfoNCE). Orthogonal init (the RND paper's).
 

@@ -46,7 +46,7 @@ def add_flags(parser):
         "--heatmap-steps",
         type=int,
         default=HEATMAP_STEPS,
-        help="agent steps played for --heatmap (one env, about 4 ms each on a CPU core)",
+        help="agent steps played for --heatmap (one env)",
     )
     return ("heatmap_steps",), ("map", "heatmap")
 

@@ -20,7 +20,7 @@ also compares one random batch against the network (``tests/test_native.py``: eq
 float32 rounding, ~1e-6 relative).
 
 ``refresh()`` copies the current weights (PPO calls it on first use after an update); a call
-on a batch size not seen before builds its primitives once (a few ms).
+on a batch size not seen before builds its primitives once.
 """
 
 from __future__ import annotations

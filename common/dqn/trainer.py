@@ -225,9 +225,10 @@ class DQNTrainer:
         No optimizer applies a non-finite loss: the Q, SND-target and predictor steps are each
         skipped when their loss is NaN/inf. Should a weight still come out non-finite (an overflow from finite
         numbers), the learned state goes back to the last one known finite (``self._good``,
-        refreshed every ``--log-interval`` train steps: a full copy every step would cost ~15 %
-        of a step). Either way the step counts as non-finite; ``--max-nan-updates`` of them in a
-        row stop the run (NonFiniteLossError), and no saved checkpoint ever holds a NaN/inf.
+        refreshed every ``--log-interval`` train steps, since a full copy every step would
+        cost a noticeable share of the step). Either way the step counts as non-finite;
+        ``--max-nan-updates`` of them in a row stop the run (NonFiniteLossError), and no saved
+        checkpoint ever holds a NaN/inf.
         """
         losses = self._train_step()
         if losses is None:
