@@ -339,7 +339,7 @@ def heatmap_markdown(summaries, results, docs) -> str:
         "|---|---|---|---|---|---|",
     ]
     for s, png in shown:
-        with np.load(os.path.splitext(png)[0] + ".npz") as data:
+        with np.load(os.path.splitext(png)[0] + ".npz", allow_pickle=False) as data:
             table = {k: data[k] for k in data.files if k in ("rooms", "visits", "reward_sum", "reward_sq_sum")}
             episodes = int(data["episodes"])
         module = s["method"] != "none"
