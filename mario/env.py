@@ -249,7 +249,8 @@ class MarioEnv(GameEnv):
                 # The seed text (indentation lost) reads, inside `if done:`:
                 #   if info["flag_get"]: reward += 50; reward += info["time"]
                 #   else: reward -= 50
-                # The `else` can only belong to `if info["flag_get"]`, so the time
+                # The `else` belongs to `if info["flag_get"]` (on `if done:` it would pay -50 on
+                # every step; uvipen's original has it there), so the time
                 # bonus sits in the flag branch: reaching the flag adds the remaining
                 # game time (e.g. +300 -> +30 after /10).
                 reward += 50

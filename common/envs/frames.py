@@ -103,7 +103,7 @@ class FrameStack:
     (or ``[n, H, W]`` for 2-D frames ``[H, W]``).
 
     ``reset(frame)`` starts an episode: ``fill="repeat"`` puts the frame in every slot (the Mario
-    tutorial, the RND recipe, MiniGrid here), ``"zeros"`` puts it after zero frames (SRL's
+    tutorial, MiniGrid here; the RND authors' code fills zeros), ``"zeros"`` puts it after zero frames (SRL's
     window). ``push(frame)`` shifts the stack by one frame. Both return a copy; ``frames`` is the
     live array.
     """
