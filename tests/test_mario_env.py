@@ -140,6 +140,8 @@ def test_walking_right_dies_into_goomba_minus_50_over_10(env):
         rewards.append(r)
         if done:
             break
+    # 40: the agent step at which the first Goomba meets Mario when he only walks right, read once off
+    # the (deterministic) emulator; another count means a wrapper changed what one agent step is
     assert done and len(rewards) == 40 and not info["flag_get"] and info["score"] == 0
     # last frame: death penalty clipped to -15 by nes-py, then the tutorial's -50; /10
     assert rewards[-1] < -5.0
