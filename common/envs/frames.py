@@ -103,8 +103,8 @@ class FrameStack:
     (or ``[n, H, W]`` for 2-D frames ``[H, W]``).
 
     ``reset(frame)`` starts an episode: ``fill="repeat"`` puts the frame in every slot (the Mario
-    tutorial, MiniGrid here; the RND authors' code fills zeros), ``"zeros"`` puts it after zero frames (SRL's
-    window). ``push(frame)`` shifts the stack by one frame. Both return a copy; ``frames`` is the
+    tutorial, MiniGrid here), ``"zeros"`` puts it after zero frames (SRL's window, and the RND
+    authors' code). ``push(frame)`` shifts the stack by one frame. Both return a copy; ``frames`` is the
     live array.
     """
 

@@ -3,10 +3,9 @@
 ``NormalizedInputModule`` keeps the running mean/std of the channels a module looks at and
 turns the rollout's ``uint8[B, C, H, W]`` stacks into ``float32[B, k, H, W]`` tensors,
 ``(x - mean) / std`` clipped to [-5, 5] (the RND paper's input; the tutorial fed its RND the raw
-frames in [0, 1]). RND, the
-SND variants, NovelD, ICM and E3B all read their observations through it, so one warm-up of
-the normalizer (the trainer's random-agent steps) serves every module, and the normalizer is
-part of each module's checkpoint.
+frames in [0, 1]). RND, the SND variants, NovelD, ICM and E3B all read their observations
+through it, so one warm-up of the normalizer (the trainer's random-agent steps) serves every
+module, and the normalizer is part of each module's checkpoint.
 
 Under the SND authors' reward convention (``--int-reward snd``) a module reads its input on their
 scale instead (``input_scale``): ``unit``, the values divided by their largest (pixels in [0, 1]:
