@@ -169,7 +169,7 @@ def bgrx_view(screen: np.ndarray) -> np.ndarray | None:
     nes-py's screen is ``buffer.reshape(240, 256, 4)[:, :, ::-1][:, :, 1:]`` over the emulator's
     little-endian BGRx memory. ``cv2.cvtColor(BGRA2GRAY)`` reads that memory in place and gives the
     same gray values as ``process_frame`` (same channels, same weights; tests/test_mario_env.py),
-    without the copy that makes the strided view contiguous (its cost: docs/mario_learning.md).
+    without the copy that makes the strided view contiguous (its cost: docs/performance.md).
     None where the layout is another (a big-endian machine, another nes-py)."""
     h, w = screen.shape[:2]
     if screen.dtype != np.uint8 or screen.strides != (w * 4, 4, -1) or sys.byteorder != "little":
