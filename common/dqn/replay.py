@@ -171,12 +171,6 @@ class ReplayMemory:
             raise ValueError(f"cannot sample {n} observations from a memory holding {len(valid)}")
         return self.stacks(np.sort(rng.choice(valid, size=n, replace=False)))
 
-    def latest_stack(self) -> np.ndarray:
-        """The newest observation's stack ``uint8[S, H, W]``."""
-        if self.written == 0:
-            raise RuntimeError("the memory is empty")
-        return self.stacks([self.written - 1])[0]
-
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything, as numpy arrays and ints (what a checkpoint may hold)."""
