@@ -55,6 +55,7 @@ PLAN = (
     ("snd-vic", 0),
     ("rnd", 0),
     ("snd-vic-authors", 0),  # the amendment of 2026-12-04 (docs/montezuma.md)
+    ("snd-vic-authors-policy", 0),  # the second amendment, 2026-12-05
     ("snd-vic", 1),
     ("rnd", 1),
     ("snd-std", 1),
@@ -67,10 +68,22 @@ METHODS = {
     "snd-vic": "SND-VIC",
     "snd-v": "SND-V",
     "snd-vic-authors": "SND-VIC, authors' networks",
+    "snd-vic-authors-policy": "SND-VIC, authors' networks and policy",
 }
 #: the plan's methods that are a module with flags of their own: name -> (--intrinsic, the flags)
-VARIANTS = {"snd-vic-authors": ("snd-vic", ("--snd-network", "authors"))}
-COLORS = {"none": "C0", "rnd": "C3", "snd-std": "C2", "snd-vic": "C1", "snd-v": "C4", "snd-vic-authors": "C5"}
+VARIANTS = {
+    "snd-vic-authors": ("snd-vic", ("--snd-network", "authors")),
+    "snd-vic-authors-policy": ("snd-vic", ("--snd-network", "authors", "--policy-network", "authors")),
+}
+COLORS = {
+    "none": "C0",
+    "rnd": "C3",
+    "snd-std": "C2",
+    "snd-vic": "C1",
+    "snd-v": "C4",
+    "snd-vic-authors": "C5",
+    "snd-vic-authors-policy": "C6",
+}
 #: the SND authors' chart (assets/results_chart.png; their config: 9 runs for PPO and RND, 4 for SND-STD,
 #: 8 for SND-VIC and SND-V; y read off the figure to about +-10 %, x far more coarsely, docs/montezuma.md):
 #: positive-reward events per episode at the agent steps given
@@ -81,6 +94,7 @@ SND_CHART = {
     "snd-vic": "about 2.5 by 3-4M",
     "snd-v": "(not read)",
     "snd-vic-authors": "about 2.5 by 3-4M (their SND-VIC)",
+    "snd-vic-authors-policy": "about 2.5 by 3-4M (their SND-VIC)",
 }
 RUN_ARGS = ("--save-interval", "10", "--eval-interval", "20", "--video-interval", "100")
 CURVE_BIN = 65_536  # agent steps per point of the curves: 4 updates

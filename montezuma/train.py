@@ -21,6 +21,10 @@ from common.run.game import GameSpec
 from montezuma import pictures
 from montezuma.env import OBS_SIZE, STACK, MontezumaEnv, make_env, rooms_mask
 
+#: ``--policy-network`` choices (``montezuma.model.POLICIES`` builds them; named here so that the config
+#: and ``--help`` do not import Paddle)
+POLICY_NETWORKS = ("game", "authors")
+
 
 @dataclass
 class MontezumaConfig(TrainConfig):
@@ -96,6 +100,13 @@ class MontezumaConfig(TrainConfig):
     save_interval: int = default(50)
     sticky_prob: float = arg(0.25, "sticky-action probability (the agent's previous action is repeated)")
     max_episode_steps: int = arg(4500, "agent steps per episode before it is cut off")
+    policy_network: str = arg(
+        "game",
+        "the actor-critic: game (CleanRL's variant of the RND paper's CNN, montezuma/model.py) or authors "
+        "(the SND authors' Atari network: four 3x3 convolutions, a 512-unit trunk, about 4x the game's "
+        "training cost). docs/sources.md, section 4.1",
+        choices=POLICY_NETWORKS,
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -112,9 +123,9 @@ def env_factory(cfg: MontezumaConfig, record_path=None):
 
 
 def make_policy(cfg, obs_shape, num_actions):
-    from montezuma.model import RNDPolicy
+    from montezuma import model
 
-    return RNDPolicy(obs_shape[0], num_actions)
+    return model.make_policy(cfg.policy_network, obs_shape[0], num_actions, input_hw=obs_shape[-1])
 
 
 def make_intrinsic_networks(cfg, in_channels):

@@ -25,7 +25,7 @@ from common.intrinsic import make_intrinsic  # noqa: E402
 from common.intrinsic.networks import ConvFeatureNet  # noqa: E402
 from common.ppo.update import PPO, log_prob_entropy  # noqa: E402
 from mario.model import MARIO  # noqa: E402
-from montezuma.model import RNDPolicy  # noqa: E402
+from montezuma.model import RNDPolicy, SNDAuthorsPolicy  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 # tests of a speed path itself; the rest also run with the switch off (CI's plain-route leg, docs/gpu.md)
@@ -126,9 +126,10 @@ def test_ppo_rnd_losses_and_gradients_match_plain_path(monkeypatch, shards):
             np.testing.assert_allclose(f[name], r[name], rtol=RTOL, atol=ATOL, err_msg=name)
 
 
-def test_montezuma_policy_fused_matches_plain(monkeypatch, shards):
+@pytest.mark.parametrize("net_cls", [RNDPolicy, SNDAuthorsPolicy])
+def test_montezuma_policy_fused_matches_plain(monkeypatch, shards, net_cls):
     paddle.seed(3)
-    net = RNDPolicy(4, 18)
+    net = net_cls(4, 18)
     x = paddle.rand([6, 4, 84, 84])
     outs = [o.numpy() for o in net(x)]
     sum(o.sum() for o in net(x)).backward()

@@ -188,5 +188,11 @@ def test_the_authors_network_run_of_the_plan_is_snd_vic_with_their_networks():
         0.25,
         0,
     )
+    assert cfg.policy_network == "game"
     plain = parse_config(MontezumaConfig, bench.command("snd-vic", 0, "runs/x")[2:])
-    assert plain.snd_network == "game"
+    assert plain.snd_network == "game" and plain.policy_network == "game"
+    # the second amendment's run: the same, with the authors' policy network too
+    both = parse_config(MontezumaConfig, bench.command("snd-vic-authors-policy", 0, "runs/x")[2:])
+    settings = (both.intrinsic, both.snd_network, both.policy_network, both.int_eta)
+    assert settings == ("snd-vic", "authors", "authors", 0.25)
+    assert bench.PLAN.index(("snd-vic-authors-policy", 0)) == bench.PLAN.index(("snd-vic-authors", 0)) + 1

@@ -10,7 +10,7 @@ from common.cpu.native import NativeEngine
 from common.nets import Net
 from gridworld.model import GridPolicy
 from mario.model import MARIO
-from montezuma.model import RNDPolicy
+from montezuma.model import RNDPolicy, SNDAuthorsPolicy
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,7 +57,10 @@ class LeakyNet(Net):
         return run(self.out, h + run(self.head, h)), run(self.features, x).sum(-1), run(self.flat_act, x)
 
 
-@pytest.mark.parametrize("net_cls,args", [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (LeakyNet, ()), (GridPolicy, (7,))])
+@pytest.mark.parametrize(
+    "net_cls,args",
+    [(MARIO, (4, 7)), (RNDPolicy, (4, 18)), (SNDAuthorsPolicy, (4, 18)), (LeakyNet, ()), (GridPolicy, (7,))],
+)
 def test_engine_matches_the_network_at_any_batch_and_follows_refresh(net_cls, args):
     paddle.seed(3)
     net = net_cls(*args)

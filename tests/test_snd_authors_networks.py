@@ -84,3 +84,59 @@ def test_the_option_is_refused_for_other_methods_with_the_accepted_ones_named(ca
         parse_config(MontezumaConfig, ["--intrinsic", "rnd", "--snd-network", "authors"])
     err = capsys.readouterr().err
     assert "--snd-network 'authors' is invalid" in err and "authors is for snd-std, snd-vic" in err
+
+
+def test_the_authors_policy_has_their_layout_and_gains():
+    """``--policy-network authors``: their PPOAtariMotivationNetwork's layers and initial gains."""
+    from montezuma.model import SNDAuthorsPolicy
+
+    paddle.seed(0)
+    net = SNDAuthorsPolicy(4, 18)
+    convs = [(c.weight.shape, c._stride, c._padding) for c in net.features.convs]
+    assert convs == [
+        ([32, 4, 3, 3], [2, 2], 1),
+        ([64, 32, 3, 3], [2, 2], 1),
+        ([64, 64, 3, 3], [2, 2], 1),
+        ([128, 64, 3, 3], [1, 1], 1),
+    ]
+    assert [type(m).__name__ for m in net.features.head] == ["Linear"]  # the trunk ends with no activation
+    assert [type(m).__name__ for m in net.actor] == ["ReLU", "Linear", "ReLU", "Linear"]
+    gains = {
+        "features.convs.0.weight": math.sqrt(2),
+        "features.head.0.weight": math.sqrt(2),
+        "actor.1.weight": 0.01,
+        "actor.3.weight": 0.01,
+        "critic_hidden.0.weight": 0.1,
+        "critic_ext.weight": 0.01,
+        "critic_int.weight": 0.01,
+    }
+    params = dict(net.named_parameters())
+    for name, gain in gains.items():
+        g = _gram_scale(params[name].numpy())
+        np.testing.assert_allclose(g, gain**2 * np.eye(len(g)), atol=1e-4 * max(1.0, gain**2), err_msg=name)
+    for name, p in params.items():
+        if p.ndim == 1:
+            np.testing.assert_array_equal(p.numpy(), 0.0, err_msg=name)
+    x = paddle.rand([5, 4, 84, 84])
+    logits, v_ext, v_int = net(x)
+    assert logits.shape == [5, 18] and v_ext.shape == [5] and v_int.shape == [5]
+    # the critic reads the trunk before any ReLU; the actor after one
+    h = net.features(x)
+    hv = paddle.nn.functional.relu(net.critic_hidden[0](h))
+    np.testing.assert_allclose(v_ext.numpy(), net.critic_ext(hv).squeeze(-1).numpy(), rtol=1e-4, atol=1e-6)
+    a = net.actor[3](paddle.nn.functional.relu(net.actor[1](paddle.nn.functional.relu(h))))
+    np.testing.assert_allclose(logits.numpy(), a.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_the_policy_network_option_picks_the_network_and_names_the_accepted_ones(capsys):
+    from montezuma import model
+    from montezuma.train import POLICY_NETWORKS
+
+    assert tuple(model.POLICIES) == POLICY_NETWORKS
+    for name, cls in model.POLICIES.items():
+        cfg = parse_config(MontezumaConfig, ["--recipe", "snd-montezuma", "--policy-network", name])
+        assert type(MONTEZUMA.make_policy(cfg, (4, 84, 84), 18)) is cls
+    with pytest.raises(SystemExit):
+        parse_config(MontezumaConfig, ["--policy-network", "nature"])
+    err = capsys.readouterr().err
+    assert "nature" in err and "game" in err and "authors" in err
