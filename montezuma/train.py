@@ -103,8 +103,8 @@ class MontezumaConfig(TrainConfig):
     policy_network: str = arg(
         "game",
         "the actor-critic: game (CleanRL's variant of the RND paper's CNN, montezuma/model.py) or authors "
-        "(the SND authors' Atari network: four 3x3 convolutions, a 512-unit trunk, about 4x the game's "
-        "training cost). docs/sources.md, section 4.1",
+        "(the SND authors' Atari network: four 3x3 convolutions, a 512-unit trunk, their heads and initial "
+        "gains; slower on a CPU). docs/sources.md, section 4.1",
         choices=POLICY_NETWORKS,
     )
 
