@@ -56,22 +56,30 @@ def test_snd_variant_runs_and_logs_target_losses(game, variant, tmp_path):
     resumed.close()
 
 
-@pytest.mark.parametrize("variant", ["snd-std", "snd-vic"])
-def test_the_authors_networks_train_end_to_end_in_montezuma(variant, tmp_path):
-    """``--snd-network authors`` under the authors' reward convention: a short real run trains the
-    target and the predictor, saves, and a resumed trainer loads their shapes back."""
+@pytest.mark.parametrize("variant,policy", [("snd-std", "game"), ("snd-vic", "authors")])
+def test_the_authors_networks_train_end_to_end_in_montezuma(variant, policy, tmp_path):
+    """``--snd-network authors`` under the authors' reward convention (with SND-VIC also their
+    actor-critic, ``--policy-network authors``): a short real run trains the target and the predictor,
+    saves, and a resumed trainer loads their shapes and the policy back."""
+    from montezuma.model import POLICIES
+
     spec, make_cfg = GAMES["montezuma"]
-    kw = dict(intrinsic=variant, int_reward="snd", snd_network="authors", log_path=str(tmp_path), **COMMON)
-    trainer = Trainer(spec, make_cfg(run_name="r", **kw))
+    kw = dict(intrinsic=variant, int_reward="snd", snd_network="authors", policy_network=policy, **COMMON)
+    trainer = Trainer(spec, make_cfg(run_name="r", log_path=str(tmp_path), **kw))
+    assert type(trainer.policy) is POLICIES[policy]
     assert trainer.intrinsic.target.convs[3].weight.shape == [128, 64, 3, 3]
     target0 = [p.numpy().copy() for p in trainer.intrinsic.target.parameters()]
     predictor0 = [p.numpy().copy() for p in trainer.intrinsic.predictor.parameters()]
+    policy0 = [p.numpy().copy() for p in trainer.policy.parameters()]
     result = trainer.train()
     assert result["update"] == 2
-    for start, net in ((target0, trainer.intrinsic.target), (predictor0, trainer.intrinsic.predictor)):
+    nets = (trainer.intrinsic.target, trainer.intrinsic.predictor, trainer.policy)
+    for start, net in zip((target0, predictor0, policy0), nets):
         assert any(not np.array_equal(a, p.numpy()) for a, p in zip(start, net.parameters()))
     assert np.isfinite(read_metrics(result["run_dir"])["losses/forward"][1]).all()
-    resumed = Trainer(spec, make_cfg(run_name="r2", resume=result["checkpoint"], **kw))
+    resumed = Trainer(spec, make_cfg(run_name="r2", log_path=str(tmp_path), resume=result["checkpoint"], **kw))
     for a, b in zip(trainer.intrinsic.predictor.parameters(), resumed.intrinsic.predictor.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(trainer.policy.parameters(), resumed.policy.parameters()):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     resumed.close()
