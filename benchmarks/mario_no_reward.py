@@ -48,6 +48,7 @@ RUN_ARGS = ("--save-minutes", "5")
 CURVE_BIN = 50_000  # agent steps per point of the distance curve
 STOP_BIN = 64  # x_pos pixels per bar of the stopping-point histogram
 LEVEL_END = 3_266  # x_pos past the flag pole of 1-1 (the flag is reached near 3,161)
+FAR_X = 1_000  # the plan's mark (about 30 % of 1-1): every episode past it is listed in the summary
 #: the ICM paper (Pathak et al. 2017, Table 1): 1-1 from scratch with no reward, mean distance 711 +- 59.3
 ICM_PAPER = "711 +- 59 (about 30 % of 1-1; stops at a pit at 38 %)"
 RESULTS = os.path.join(ROOT, "docs", "results", "mario_no_reward")
@@ -109,12 +110,14 @@ def interval95(values):
 
 
 def summarize_run(out, method, seed, status) -> dict:
-    """A run's summary from its folder: distance per episode over agent steps, the last 10 %, stops."""
+    """A run's summary from its folder: distance per episode over agent steps, the last 10 %, stops,
+    the episodes past ``FAR_X`` ([agent step, x_pos] each) and the greedy evaluations' x_pos."""
     name = run_name(method, seed)
     m = read_metrics(os.path.join(out, name))
     empty = (np.zeros(0), np.zeros(0))
     ep_s, ep_x = m.get("episode/x_pos", empty)
     _, ep_flag = m.get("episode/flag", empty)
+    ev_s, ev_x = m.get("eval/x_pos", empty)
     rate_s, rate = m.get(tags.STEPS_PER_SEC, empty)
     steps = int(max(rate_s[-1] if len(rate_s) else 0, ep_s.max() if len(ep_s) else 0))
     edges = np.arange(0, steps + CURVE_BIN, CURVE_BIN)
@@ -135,6 +138,8 @@ def summarize_run(out, method, seed, status) -> dict:
         "farthest_x": int(ep_x.max()) if len(ep_x) else None,
         "flags": int(ep_flag.sum()),
         "stops_last_10pct": {"bin": STOP_BIN, "counts": stops.astype(int).tolist()},
+        "far_episodes": [[int(a), int(b)] for a, b in zip(ep_s, ep_x) if b > FAR_X],
+        "greedy_eval": {"steps": ev_s.astype(int).tolist(), "x_pos": ev_x.astype(int).tolist()},
         "curve": {"steps": edges[1:].astype(int).tolist(), "x_pos": lanes.binned(ep_s, ep_x, edges)},
         "segments": lanes.read_segments(out, name),
         "command": [a.replace(ROOT + os.sep, "") for a in command(method, seed, "runs/mario_no_reward")[1:]],

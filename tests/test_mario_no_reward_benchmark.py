@@ -26,12 +26,13 @@ def test_commands_of_the_plan():
     assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 7
 
 
-def _metrics(run_dir, episodes):
+def _metrics(run_dir, episodes, evals=()):
     os.makedirs(run_dir)
     records = [{"tag": "perf/steps_per_sec", "step": 1000, "value": 100.0}]
     for step, x in episodes:
         records.append({"tag": "episode/x_pos", "step": step, "value": float(x)})
         records.append({"tag": "episode/flag", "step": step, "value": 0.0})
+    records += [{"tag": "eval/x_pos", "step": step, "value": float(x)} for step, x in evals]
     with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
 
@@ -39,12 +40,14 @@ def _metrics(run_dir, episodes):
 def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(tmp_path):
     out, results, docs = tmp_path / "out", tmp_path / "res", tmp_path / "docs"
     # 1,000 agent steps: the episodes ending after step 900 are the last 10 %
-    _metrics(out / bench.run_name("icm", 0), [(100, 300), (500, 400), (950, 1000), (1000, 1200)])
+    _metrics(out / bench.run_name("icm", 0), [(100, 300), (500, 400), (950, 1000), (1000, 1200)], [(500, 296)])
     s = bench.summarize_run(str(out), "icm", 0, "budget")
     assert s["last_10pct_episodes"] == 2 and s["last_10pct_mean_x"] == 1100.0 and s["farthest_x"] == 1200
     lo, hi = s["last_10pct_ci95"]
     assert 1000 <= lo < 1100 < hi <= 1200
     assert sum(s["stops_last_10pct"]["counts"]) == 2 and s["stops_last_10pct"]["counts"][1000 // 64] == 1
+    assert s["far_episodes"] == [[1000, 1200]]  # past x_pos 1,000, not at it
+    assert s["greedy_eval"] == {"steps": [500], "x_pos": [296]}
     _metrics(out / bench.run_name("random", 0), [(100, 300), (200, 500)])
     r = bench.summarize_run(str(out), "random", 0, "budget")
     assert r["last_10pct_episodes"] == 2 and r["last_10pct_mean_x"] == 400.0  # all of a random policy's episodes
