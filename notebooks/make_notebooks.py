@@ -288,6 +288,11 @@ def mario_notebook():
 
                 !python mario/train.py --world 1 --stage 1 --num-global-steps 2000000 --device gpu
 
+            Curiosity alone, with no game reward at all (the ICM paper's test, docs/mario_no_reward.md: world
+            1-1, COMPLEX_MOVEMENT, 1M agent steps):
+
+                !python mario/train.py --recipe no-reward-1-1 --intrinsic rnd --device gpu
+
             The run folder is `RUNS/<run_name>`; Ctrl-C (or the stop button) saves a checkpoint first.
         """),
         code("""
