@@ -370,6 +370,11 @@ def montezuma_notebook():
             ## Train / 训练
 
             Same as `!python montezuma/train.py --num-envs 32 --device gpu ...` (see `--help`).
+
+            The SND authors' settings and reward convention, with their SND-VIC networks and actor-critic
+            (docs/montezuma.md; 128 envs, 4M agent steps):
+
+                !python montezuma/train.py --recipe snd-montezuma --intrinsic snd-vic --snd-network authors --policy-network authors --device gpu
         """),
         code("""
             from montezuma.train import main as train_montezuma
