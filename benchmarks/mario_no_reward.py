@@ -7,10 +7,10 @@
     python benchmarks/mario_no_reward.py --pack-state        # the unfinished runs' resume state, to commit
 
 Every curious run is ``mario/train.py --recipe no-reward-1-1 --intrinsic <method> --seed <k>`` (no game
-reward at all, COMPLEX_MOVEMENT, 1M agent steps); plain PPO (``--intrinsic none``) runs 200k steps
-with nothing to learn but its entropy bonus; ``random`` plays 100 episodes with uniformly random
-actions of the same set (no training: ``--random-episodes``). The scheduler, resuming and packing are
-``lanes.run_plan``'s (``benchmarks/lanes.py``).
+reward at all, COMPLEX_MOVEMENT, 1M agent steps; ``VARIANTS`` adds a method's own flags); plain PPO
+(``--intrinsic none``) runs 200k steps with nothing to learn but its entropy bonus; ``random`` plays
+100 episodes with uniformly random actions of the same set (no training: ``--random-episodes``). The
+scheduler, resuming and packing are ``lanes.run_plan``'s (``benchmarks/lanes.py``).
 
 A run's summary ``docs/results/mario_no_reward/<run name>.json`` holds the final x_pos of every
 training episode (its distance: an episode ends at Mario's first death, at the flag or when the
@@ -39,9 +39,27 @@ from common.run.logger import read_metrics  # noqa: E402
 
 RECIPE = "no-reward-1-1"
 #: the plan of docs/mario_no_reward.md, in order: (method, seed)
-PLAN = (("random", 0), ("none", 0), ("rnd", 0), ("icm", 0), ("snd-vic", 0), ("rnd", 1), ("icm", 1))
-METHODS = {"random": "random policy", "none": "PPO, no reward", "rnd": "RND", "icm": "ICM", "snd-vic": "SND-VIC"}
-COLORS = {"random": "0.5", "none": "C0", "rnd": "C3", "icm": "C2", "snd-vic": "C1"}
+PLAN = (
+    ("random", 0),
+    ("none", 0),
+    ("rnd", 0),
+    ("icm", 0),
+    ("snd-vic", 0),
+    ("rnd-beta0.001", 0),  # the amendment of 2026-12-05 (docs/mario_no_reward.md)
+    ("rnd", 1),
+    ("icm", 1),
+)
+METHODS = {
+    "random": "random policy",
+    "none": "PPO, no reward",
+    "rnd": "RND",
+    "icm": "ICM",
+    "snd-vic": "SND-VIC",
+    "rnd-beta0.001": "RND, entropy bonus 0.001",
+}
+#: the plan's methods that are a module with flags of their own: name -> (--intrinsic, the flags)
+VARIANTS = {"rnd-beta0.001": ("rnd", ("--beta", "0.001"))}
+COLORS = {"random": "0.5", "none": "C0", "rnd": "C3", "icm": "C2", "snd-vic": "C1", "rnd-beta0.001": "C4"}
 PPO_STEPS = 200_000  # plain PPO with no reward: entropy only
 RANDOM_EPISODES = 100
 RUN_ARGS = ("--save-minutes", "5")
@@ -68,7 +86,9 @@ def command(method, seed, out, resume=None, threads=0, extra=()):
     if method == "random":
         argv = [sys.executable, os.path.abspath(__file__), "--random-episodes", str(RANDOM_EPISODES)]
         return argv + ["--seed", str(seed), "--random-out", os.path.join(out, run_name(method, seed))]
-    argv = [sys.executable, os.path.join(ROOT, "mario", "train.py"), "--recipe", RECIPE, "--intrinsic", method]
+    intrinsic, flags = VARIANTS.get(method, (method, ()))
+    argv = [sys.executable, os.path.join(ROOT, "mario", "train.py"), "--recipe", RECIPE, "--intrinsic", intrinsic]
+    argv += list(flags)
     argv += ["--seed", str(seed), "--log-path", out, "--run-name", run_name(method, seed), *RUN_ARGS]
     argv += ["--num-global-steps", str(PPO_STEPS)] if method == "none" else []
     argv += [*(["--num-threads", str(threads)] if threads else []), *extra]

@@ -23,7 +23,20 @@ def test_commands_of_the_plan():
     assert ppo[ppo.index("--num-global-steps") + 1] == "200000"
     rnd = bench.command("random", 0, "out")
     assert rnd[1].endswith("mario_no_reward.py") and rnd[rnd.index("--random-episodes") + 1] == "100"
-    assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 7
+    assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 8
+    # the amendment: RND with a tenth of the recipe's entropy bonus, right after the seed-0 runs
+    low = bench.command("rnd-beta0.001", 0, "out")
+    assert low[low.index("--intrinsic") + 1] == "rnd" and low[low.index("--beta") + 1] == "0.001"
+    assert low[low.index("--run-name") + 1] == "mario11_noreward_rnd-beta0.001_seed0"
+    assert bench.PLAN.index(("rnd-beta0.001", 0)) == bench.PLAN.index(("snd-vic", 0)) + 1
+    assert "--beta" not in bench.command("rnd", 0, "out")
+    assert bench.parse_runs("rnd-beta0.001:0") == (("rnd-beta0.001", 0),)
+    from common.run.config import parse_config
+    from mario.train import MarioConfig
+
+    cfg, plain = (parse_config(MarioConfig, bench.command(m, 0, "out")[2:]) for m in ("rnd-beta0.001", "rnd"))
+    assert (cfg.intrinsic, cfg.beta, cfg.ext_coef, cfg.action_type) == ("rnd", 0.001, 0.0, "complex")
+    assert plain.beta == 0.01 and cfg.num_global_steps == plain.num_global_steps == 1_000_000
 
 
 def _metrics(run_dir, episodes, evals=()):
