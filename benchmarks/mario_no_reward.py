@@ -17,7 +17,8 @@ training episode (its distance: an episode ends at Mario's first death, at the f
 level's clock runs out), binned over agent steps, the mean and 95 % interval over the episodes of the
 last 10 % of its agent steps, the farthest x_pos and a histogram of where episodes ended.
 ``--report-only`` rebuilds the results block of ``docs/mario_no_reward.md`` and
-``docs/mario_no_reward.png`` from the summaries alone.
+``docs/mario_no_reward.png`` from the summaries alone, the shares drawn above the level picture
+committed beside them (``level_1_1.png``, from ``python mario/level_picture.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ RUN_ARGS = ("--save-minutes", "5")
 CURVE_BIN = 50_000  # agent steps per point of the distance curve
 STOP_BIN = 64  # x_pos pixels per bar of the stopping-point histogram
 LEVEL_END = 3_266  # x_pos past the flag pole of 1-1 (the flag is reached near 3,161)
+LEVEL_PICTURE = "level_1_1.png"  # python mario/level_picture.py --out docs/results/mario_no_reward/level_1_1.png
 FAR_X = 1_000  # the plan's mark (about 30 % of 1-1): every episode past it is listed in the summary
 #: the ICM paper (Pathak et al. 2017, Table 1): 1-1 from scratch with no reward, mean distance 711 +- 59.3
 ICM_PAPER = "711 +- 59 (about 30 % of 1-1; stops at a pit at 38 %)"
@@ -233,14 +235,19 @@ def markdown(summaries) -> str:
     return "\n".join(lines)
 
 
-def plot(summaries, path):
-    """Distance over agent steps per run, and where the last 10 % of each run's episodes ended."""
+def plot(summaries, path, level=None):
+    """Distance over agent steps per run, and where the last 10 % of each run's episodes ended (shares
+    along x_pos), above the level itself when ``level`` (a ``mario/level_picture.py`` PNG of 1-1) exists."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7))
+    on_level = level is not None and os.path.exists(level)
+    fig = plt.figure(figsize=(8, 7.8 if on_level else 7))
+    grid = fig.add_gridspec(2, 1, height_ratios=[3, 3.9 if on_level else 3])
+    lower = grid[1].subgridspec(2, 1, height_ratios=[3, 0.9], hspace=0.04) if on_level else None
+    top, bottom = fig.add_subplot(grid[0]), fig.add_subplot(lower[0] if on_level else grid[1])
     for s in summaries:
         label = f"{METHODS[s['method']]} s{s['seed']}"
         if s["method"] == "random":
@@ -257,17 +264,38 @@ def plot(summaries, path):
     top.set_xlabel("agent steps")
     top.legend(fontsize=7, ncol=2)
     bottom.set_title(f"where the episodes of the last 10 % ended (share per {STOP_BIN} px of x_pos)")
-    bottom.set_xlabel("x_pos")
+    bottom.set_xlim(0, LEVEL_END)
     bottom.legend(fontsize=7, ncol=2)
+    if on_level:  # the level under the shares, x for x: which pipe or pit each peak is
+        picture = plt.imread(level)
+        ax = fig.add_subplot(lower[1], sharex=bottom)
+        ax.imshow(picture, extent=(0, picture.shape[1], 0, picture.shape[0]), aspect="auto", interpolation="nearest")
+        ax.set_yticks([])
+        bottom.tick_params(labelbottom=False)
+        bottom = ax
+    bottom.set_xlabel("x_pos")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
+def level_path(results):
+    """The level picture the report draws on, committed beside the summaries (``mario/level_picture.py``)."""
+    return os.path.join(results, LEVEL_PICTURE)
+
+
 def write_report(results, docs):
     summaries, alt = load_summaries(results), "distance over agent steps, and where episodes ended"
     return lanes.write_suite_report(
-        docs, "mario_no_reward.md", "mario_no_reward.png", alt, summaries, markdown, plot, START, END
+        docs,
+        "mario_no_reward.md",
+        "mario_no_reward.png",
+        alt,
+        summaries,
+        markdown,
+        lambda summaries, path: plot(summaries, path, level_path(results)),
+        START,
+        END,
     )
 
 
