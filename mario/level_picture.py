@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 DEFAULT_CHECKPOINT = os.path.join(ROOT, "zoo", "mario-1-1-ppo.pdparams")
 HUD_ROWS = 32  # the score line at the top of the screen, which does not scroll with the level
