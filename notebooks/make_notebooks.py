@@ -281,6 +281,27 @@ def mario_notebook():
         SETUP,
         *zoo_cells("mario", width=384),
         md("""
+            ## The whole level / 整个关卡
+
+            `mario/level_picture.py` plays the zoo's 1-1 agent through the level and stitches its screens into
+            one picture: each column is the median of the screens that showed it, so Mario and the enemies drop
+            out. A column of the picture is an `x_pos`, the unit of every distance in the logs (`eval/x_pos`,
+            the `explore/` pictures, docs/mario_no_reward.md).
+
+            `mario/level_picture.py` 让 zoo 中的 1-1 智能体跑完整关，并把它看到的画面拼成一张全景图：每一列取
+            显示过它的画面的中位数，马里奥和敌人因此消失。图中的每一列就是一个 `x_pos`，也就是日志里所有距离的
+            单位（`eval/x_pos`、`explore/` 图片、docs/mario_no_reward.md）。
+        """),
+        code("""
+            from IPython.display import Image, display
+
+            from mario.level_picture import DEFAULT_CHECKPOINT, level_picture
+
+            level_png = os.path.join(RUNS, "level_1_1.png")
+            print(level_picture(DEFAULT_CHECKPOINT, level_png))  # a few seconds: the agent plays 1-1 once
+            display(Image(level_png, width=900))
+        """),
+        md("""
             ## Train / 训练
 
             `mario.train.main(flags)` is exactly `python mario/train.py <flags>` (see `python mario/train.py --help`;
