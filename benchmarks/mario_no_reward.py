@@ -17,8 +17,8 @@ training episode (its distance: an episode ends at Mario's first death, at the f
 level's clock runs out), binned over agent steps, the mean and 95 % interval over the episodes of the
 last 10 % of its agent steps, the farthest x_pos and a histogram of where episodes ended.
 ``--report-only`` rebuilds the results block of ``docs/mario_no_reward.md`` and
-``docs/mario_no_reward.png`` from the summaries alone, the shares drawn above the level picture
-committed beside them (``level_1_1.png``, from ``python mario/level_picture.py``).
+``docs/mario_no_reward.png`` from the summaries alone, the shares drawn above the committed picture of
+1-1 (``mario/levels/1-1.png``, from ``mario/level_picture.py``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ RUN_ARGS = ("--save-minutes", "5")
 CURVE_BIN = 50_000  # agent steps per point of the distance curve
 STOP_BIN = 64  # x_pos pixels per bar of the stopping-point histogram
 LEVEL_END = 3_266  # x_pos past the flag pole of 1-1 (the flag is reached near 3,161)
-LEVEL_PICTURE = "level_1_1.png"  # python mario/level_picture.py --out docs/results/mario_no_reward/level_1_1.png
+LEVEL = os.path.join(ROOT, "mario", "levels", "1-1.png")  # the report draws the stops above it (mario/pictures.py)
 FAR_X = 1_000  # the plan's mark (about 30 % of 1-1): every episode past it is listed in the summary
 #: the ICM paper (Pathak et al. 2017, Table 1): 1-1 from scratch with no reward, mean distance 711 +- 59.3
 ICM_PAPER = "711 +- 59 (about 30 % of 1-1; stops at a pit at 38 %)"
@@ -279,12 +279,7 @@ def plot(summaries, path, level=None):
     plt.close(fig)
 
 
-def level_path(results):
-    """The level picture the report draws on, committed beside the summaries (``mario/level_picture.py``)."""
-    return os.path.join(results, LEVEL_PICTURE)
-
-
-def write_report(results, docs):
+def write_report(results, docs, level=LEVEL):
     summaries, alt = load_summaries(results), "distance over agent steps, and where episodes ended"
     return lanes.write_suite_report(
         docs,
@@ -293,7 +288,7 @@ def write_report(results, docs):
         alt,
         summaries,
         markdown,
-        lambda summaries, path: plot(summaries, path, level_path(results)),
+        lambda summaries, path: plot(summaries, path, level),
         START,
         END,
     )

@@ -3,6 +3,9 @@
     python mario/level_picture.py                                   # 1-1 with the zoo's PPO agent
     python mario/level_picture.py --checkpoint PATH --out level.png  # the level of another checkpoint
 
+``mario/levels/<world>-<stage>.png`` holds the levels drawn so far (1-1, this script's default run);
+``mario/pictures.py`` draws a level that has one under the ``explore/`` pictures of its runs.
+
 The NES shows 256 px of a level at a time. ``play_through`` plays a checkpoint greedily and keeps
 every agent step's screen with the level x of its left edge (``screen_left``: x_pos minus Mario's x on
 the screen, from the game's RAM); ``stitch`` gives each column of the level the median of the screens

@@ -3,17 +3,36 @@
 ``rollout_picture(cfg, rollout)`` bins one rollout's steps (all envs) by Mario's ``x_pos`` after
 the step, ``BIN`` pixels a bin from x = 0, and draws the mean scaled intrinsic reward of each bin
 (the novelty the advantages saw there), with where episodes ended: deaths (red) and flags (green).
-Below, how many steps each bin holds. Logged every ``--picture-interval`` updates, the pictures
-show the novelty frontier: high rewards where Mario rarely goes, moving right as he gets further.
+Below, how many steps each bin holds, and, for a level with a picture in ``mario/levels/``
+(``level_picture.py`` makes them; 1-1 is committed), the level itself, x for x. Logged every
+``--picture-interval`` updates, the pictures show the novelty frontier: high rewards where Mario
+rarely goes, moving right as he gets further.
 """
 
 from __future__ import annotations
+
+import functools
+import os
 
 import numpy as np
 
 from common.pictures import figure_image, new_figure
 
 BIN = 32  # pixels of x_pos per bin: two 16-px tiles (a screen is 256 px)
+LEVELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "levels")
+
+
+@functools.lru_cache(maxsize=4)
+def level_strip(world: int, stage: int) -> np.ndarray | None:
+    """The picture of level ``world-stage`` (uint8[H, W, 3], column x = x_pos) from ``mario/levels/``, or
+    None where there is none."""
+    path = os.path.join(LEVELS, f"{int(world)}-{int(stage)}.png")
+    if not os.path.exists(path):
+        return None
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
 
 
 def step_record(info: dict):
@@ -51,11 +70,12 @@ def by_position(rollout, bin_px: int = BIN) -> dict:
     }
 
 
-def draw_by_position(data: dict, title: str = "", intrinsic: bool = True) -> np.ndarray:
-    """The binned rollout (``by_position``): uint8[H, W, 3]."""
+def draw_by_position(data: dict, title: str = "", intrinsic: bool = True, level: np.ndarray | None = None):
+    """The binned rollout (``by_position``), above ``level`` (``level_strip``) if given: uint8[460, 1000, 3]."""
     edges, steps = data["edges"], data["steps"]
     fig = new_figure(1000, 460)
-    grid = fig.add_gridspec(2, 1, height_ratios=[2.2, 1.0], hspace=0.08, left=0.08, right=0.98, top=0.9)
+    rows = [2.2, 1.0] + ([0.7] if level is not None else [])
+    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, hspace=0.08, left=0.08, right=0.98, top=0.9)
     top, bottom = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
     if intrinsic:
         top.stairs(np.nan_to_num(data["mean_int"]), edges, fill=True, color="C1", alpha=0.75)
@@ -85,10 +105,18 @@ def draw_by_position(data: dict, title: str = "", intrinsic: bool = True) -> np.
     top.tick_params(labelbottom=False)
     bottom.stairs(steps, edges, fill=True, color="C0", alpha=0.7)
     bottom.set_ylabel("steps")
-    bottom.set_xlabel(f"x_pos (bins of {edges[1] - edges[0]} px)")
+    right = max(edges[-1], 256)
     for ax in (top, bottom):
-        ax.set_xlim(0, max(edges[-1], 256))
+        ax.set_xlim(0, right)
         ax.grid(alpha=0.3)
+    if level is not None:  # the level under the bars, x for x (squeezed in height)
+        bottom.tick_params(labelbottom=False)
+        bottom = fig.add_subplot(grid[2])
+        shown = level[:, : min(right, level.shape[1])]
+        bottom.imshow(shown, extent=(0, shown.shape[1], 0, shown.shape[0]), aspect="auto", interpolation="nearest")
+        bottom.set_xlim(0, right)
+        bottom.set_yticks([])
+    bottom.set_xlabel(f"x_pos (bins of {edges[1] - edges[0]} px)")
     if title:
         fig.suptitle(title, fontsize=11)
     return figure_image(fig)
@@ -101,4 +129,5 @@ def rollout_picture(cfg, rollout):
         f"Mario {cfg.world}-{cfg.stage}, update {rollout.update}: intrinsic reward along the level "
         f"({rollout.dones.size} steps, all envs)"
     )
-    return draw_by_position(data, title, intrinsic=rollout.intrinsic != "none"), data
+    level = level_strip(cfg.world, cfg.stage)
+    return draw_by_position(data, title, intrinsic=rollout.intrinsic != "none", level=level), data

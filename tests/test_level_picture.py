@@ -9,7 +9,7 @@ import pytest
 from mario import level_picture as lp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMITTED = os.path.join(ROOT, "docs", "results", "mario_no_reward", "level_1_1.png")
+COMMITTED = os.path.join(ROOT, "mario", "levels", "1-1.png")
 
 
 def test_screen_left_is_x_pos_minus_marios_place_on_the_screen():

@@ -236,6 +236,16 @@ def test_mario_bins_cover_every_position():
     assert data["mean_int"][40 // BIN] == pytest.approx((0 + 1 + 2) / 3)
     assert data["deaths"].tolist() == [333] and data["flags"].tolist() == [1020]
     assert draw_by_position(data, "t").shape == (460, 1000, 3)
+    # 1-1 has a picture of the level (mario/levels/), drawn under the bars; 8-4 has none
+    from mario.pictures import level_strip
+
+    level = level_strip(1, 1)
+    assert level.dtype == np.uint8 and level.shape[0] == 208 and level.shape[1] >= 3161 and level_strip(8, 4) is None
+    plain, with_level = draw_by_position(data, "t"), draw_by_position(data, "t", level=level)
+    assert with_level.shape == plain.shape and not np.array_equal(with_level, plain)
+    sky = np.array([104, 136, 252])  # the level's sky shows only in the picture that has the level
+    assert (np.abs(with_level.astype(int) - sky).sum(-1) == 0).sum() > 1000
+    assert (np.abs(plain.astype(int) - sky).sum(-1) == 0).sum() == 0
 
 
 # ------------------------------------------------------------------ short real runs
