@@ -49,6 +49,9 @@ def test_buffer_combines_streams_and_pairs_next_obs():
     buf.rewards_int[:] = 0.5
     buf.compute_returns_and_advantages(np.zeros(N), np.zeros(N), 0.9, 1.0, 0.99, ext_coef=2.0, int_coef=3.0)
     np.testing.assert_allclose(buf.advantages, 2 * buf.adv_ext + 3 * buf.adv_int, rtol=1e-6)
+    summary = buf.summary()  # the logged spread is the combined advantages', not one stream's
+    assert summary["adv_std"] == pytest.approx(float(np.std(2 * buf.adv_ext + 3 * buf.adv_int)), rel=1e-5)
+    assert summary["adv_std"] != pytest.approx(float(np.std(buf.adv_int)), rel=1e-3)
     np.testing.assert_allclose(buf.ret_ext, buf.adv_ext + buf.values_ext[:-1])
     assert buf.next_obs_for_reward()[1, 0].max() == 200  # the true terminal frame, not the reset frame
     seen = 0

@@ -38,6 +38,7 @@ STRUCTURED_TAGS = [
     tags.INT_REWARD_MEAN,
     tags.INT_REWARD_RAW,
     tags.ADV_EXT,
+    tags.ADV_STD,
     tags.STEPS_PER_SEC,
     "eval/return",
     "eval/length",

@@ -181,7 +181,8 @@ class RolloutBuffer:
     def summary(self) -> dict:
         """What a log reads of this rollout, after ``compute_returns_and_advantages``: the tutorial's
         "Training Reward" (the sum over steps of the envs' mean reward), the intrinsic rewards' mean, max
-        and share at the SND clip (>= 1), the advantages' means, and the arrays the histograms and
+        and share at the SND clip (>= 1), the advantages' means and the spread (std) of the combined
+        advantages the policy gradient weighs (against the entropy bonus ``beta``), and the arrays the histograms and
         pictures draw: ``actions`` int64[T, N], ``rewards_int``, ``advantages``, ``dones`` float32[T, N]."""
         return {
             "training_reward": float(self.rewards_ext.mean(axis=1).sum()),
@@ -190,6 +191,7 @@ class RolloutBuffer:
             "int_reward_clipped_share": float((self.rewards_int >= 1.0).mean()),
             "adv_ext_mean": float(self.adv_ext.mean()),
             "adv_int_mean": float(self.adv_int.mean()),
+            "adv_std": float(self.advantages.std()),
             "actions": self.actions,
             "rewards_int": self.rewards_int,
             "advantages": self.advantages,

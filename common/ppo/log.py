@@ -12,6 +12,7 @@ from common.run.logger import (
     ACTION_SHARE,
     ADV_EXT,
     ADV_INT,
+    ADV_STD,
     CLIPPED_SHARE,
     COLLECT_SECONDS,
     EMBEDDING,
@@ -153,6 +154,7 @@ class RunLog:
         lg.scalar(INT_RETURN_STD, int_return_std, step)
         lg.scalar(ADV_EXT, rollout["adv_ext_mean"], step)
         lg.scalar(ADV_INT, rollout["adv_int_mean"], step)
+        lg.scalar(ADV_STD, rollout["adv_std"], step)
         lg.scalar(NAN_UPDATES, nonfinite, step)
         notes = self._restarts(restart_log, step)
         t_collect, t_update = seconds

@@ -37,6 +37,7 @@ CLIPPED_SHARE = "intrinsic/clipped_share"
 ACTION_SHARE = "charts/action_share"
 ADV_EXT = "charts/advantage_ext_mean"
 ADV_INT = "charts/advantage_int_mean"
+ADV_STD = "charts/advantage_std"  # the combined advantages' spread: compare with --beta
 NAN_UPDATES = "charts/nonfinite_skipped"
 WORKER_RESTARTS = "charts/worker_restarts"
 EVALS_LOST = "charts/evals_lost"
