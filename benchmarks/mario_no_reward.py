@@ -65,6 +65,7 @@ PPO_STEPS = 200_000  # plain PPO with no reward: entropy only
 RANDOM_EPISODES = 100
 RUN_ARGS = ("--save-minutes", "5")
 CURVE_BIN = 50_000  # agent steps per point of the distance curve
+POLICY_BIN = 100_000  # agent steps per point of the policy's entropy and the advantages' spread
 STOP_BIN = 64  # x_pos pixels per bar of the stopping-point histogram
 LEVEL_END = 3_266  # x_pos past the flag pole of 1-1 (the flag is reached near 3,161)
 LEVEL = os.path.join(ROOT, "mario", "levels", "1-1.png")  # the report draws the stops above it (mario/pictures.py)
@@ -133,7 +134,8 @@ def interval95(values):
 
 def summarize_run(out, method, seed, status) -> dict:
     """A run's summary from its folder: distance per episode over agent steps, the last 10 %, stops,
-    the episodes past ``FAR_X`` ([agent step, x_pos] each) and the greedy evaluations' x_pos."""
+    the episodes past ``FAR_X`` ([agent step, x_pos] each), the greedy evaluations' x_pos and how far
+    the policy moved from uniform (``policy_facts``)."""
     name = run_name(method, seed)
     m = read_metrics(os.path.join(out, name))
     empty = (np.zeros(0), np.zeros(0))
@@ -163,9 +165,37 @@ def summarize_run(out, method, seed, status) -> dict:
         "far_episodes": [[int(a), int(b)] for a, b in zip(ep_s, ep_x) if b > FAR_X],
         "greedy_eval": {"steps": ev_s.astype(int).tolist(), "x_pos": ev_x.astype(int).tolist()},
         "curve": {"steps": edges[1:].astype(int).tolist(), "x_pos": lanes.binned(ep_s, ep_x, edges)},
+        "policy": policy_facts(m, steps) if method != "random" else None,
         "segments": lanes.read_segments(out, name),
         "command": [a.replace(ROOT + os.sep, "") for a in command(method, seed, "runs/mario_no_reward")[1:]],
         "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def policy_facts(m, steps) -> dict:
+    """How far a run's policy moved from uniform (what docs/mario_no_reward.md cites): the entropy and the
+    advantages' spread per ``POLICY_BIN`` agent steps (None where not logged), each action's mean share
+    over the updates of the last 10 % of agent steps, and the median approximate KL of the second half."""
+    empty = (np.zeros(0), np.zeros(0))
+    edges = np.arange(0, steps + POLICY_BIN, POLICY_BIN)
+
+    def per_bin(tag):
+        s, v = m.get(tag, empty)
+        return lanes.binned(s, v, edges) if len(s) else None
+
+    prefix = tags.ACTION_SHARE + "/"
+    late = {}
+    for action in sorted((t[len(prefix) :] for t in m if t.startswith(prefix)), key=lambda a: (len(a), a)):
+        s, v = m[prefix + action]
+        late[action] = round(float(v[s > 0.9 * steps].mean()), 4) if (s > 0.9 * steps).any() else None
+    kl_s, kl = m.get("losses/approx_kl", empty)
+    second = kl[kl_s > steps / 2]
+    return {
+        "bin": POLICY_BIN,
+        "entropy": per_bin("losses/entropy"),
+        "advantage_std": per_bin(tags.ADV_STD),
+        "action_share_last_10pct": late,
+        "approx_kl_median_second_half": round(float(np.median(second)), 6) if len(second) else None,
     }
 
 

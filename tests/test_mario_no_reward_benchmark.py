@@ -50,6 +50,36 @@ def _metrics(run_dir, episodes, evals=()):
         f.writelines(json.dumps(r) + "\n" for r in records)
 
 
+def test_summary_says_how_far_the_policy_moved_from_uniform(tmp_path):
+    run = tmp_path / bench.run_name("rnd", 0)
+    _metrics(run, [(250_000, 300)])
+    # 250,000 agent steps in updates every 50,000: entropy falls, action 1 takes over at the end
+    records = []
+    for step, ent, kl, share in (
+        (50_000, 2.4, 0.5, 0.5),
+        (100_000, 2.2, 0.1, 0.5),
+        (150_000, 2.0, 0.2, 0.6),
+        (200_000, 1.8, 0.3, 0.7),
+        (250_000, 1.6, 0.4, 0.9),
+    ):
+        records += [
+            {"tag": "losses/entropy", "step": step, "value": ent},
+            {"tag": "losses/approx_kl", "step": step, "value": kl},
+            {"tag": "charts/action_share/1", "step": step, "value": share},
+            {"tag": "charts/action_share/0", "step": step, "value": 1 - share},
+            {"tag": "charts/action_share/10", "step": step, "value": 0.0},
+        ]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    policy = bench.summarize_run(str(tmp_path), "rnd", 0, "budget")["policy"]
+    assert policy["bin"] == 100_000 and policy["entropy"] == [2.3, 1.9, 1.6]  # per (0, 100k], (100k, 200k], ...
+    assert policy["advantage_std"] is None  # not logged by this run
+    # the updates after 90 % of 250,000 agent steps: the last one only; actions in numeric order
+    assert policy["action_share_last_10pct"] == {"0": 0.1, "1": 0.9, "10": 0.0}
+    assert list(policy["action_share_last_10pct"]) == ["0", "1", "10"]
+    assert policy["approx_kl_median_second_half"] == 0.3  # the updates after 125,000 steps: 0.2, 0.3, 0.4
+
+
 def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(tmp_path):
     out, results, docs = tmp_path / "out", tmp_path / "res", tmp_path / "docs"
     # 1,000 agent steps: the episodes ending after step 900 are the last 10 %
