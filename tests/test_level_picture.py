@@ -55,6 +55,7 @@ def test_bad_arguments_are_named_before_anything_loads(tmp_path, capsys):
 def test_the_zoo_agent_draws_1_1_and_every_screen_sits_where_the_ram_says(tmp_path):
     screens, lefts, info = lp.play_through(lp.DEFAULT_CHECKPOINT)
     assert info["flag_get"] and len(screens) == len(lefts) > 100 and np.all(np.diff(lefts) >= 0)
+    assert np.bincount(lefts).max() == lp.PER_PLACE  # the start (left edge 0) held more screens than that
     screens = screens[:, lp.HUD_ROWS :]
     level = lp.stitch(screens, lefts)
     sky = level[5, 5].astype(int)
