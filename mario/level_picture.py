@@ -6,13 +6,13 @@
 ``mario/levels/<world>-<stage>.png`` holds the levels drawn so far (1-1, this script's default run);
 ``mario/pictures.py`` draws a level that has one under the ``explore/`` pictures of its runs.
 
-The NES shows 256 px of a level at a time. ``play_through`` plays a checkpoint greedily and keeps
-every agent step's screen with the level x of its left edge (``screen_left``: x_pos minus Mario's x on
-the screen, from the game's RAM); ``stitch`` gives each column of the level the median of the screens
-that showed it, so the moving sprites (Mario, enemies) fall out and the scenery stays. A column of the
-picture is an x_pos, so what is measured in x_pos (where episodes ended, docs/mario_no_reward.md) can
-be drawn on it. Only the part of the level the agent scrolled through is drawn: use an agent that
-reaches the flag (the zoo's ``mario-1-1-ppo`` does on 1-1).
+The NES shows 256 px of a level at a time. ``play_through`` plays a checkpoint greedily and keeps each
+agent step's screen (at most ``PER_PLACE`` per place) with the level x of its left edge
+(``screen_left``: x_pos minus Mario's x on the screen, from the game's RAM); ``stitch`` gives each
+column of the level the median of the screens that showed it, so the moving sprites (Mario, enemies)
+fall out and the scenery stays. A column of the picture is an x_pos, so what is measured in x_pos (where
+episodes ended, docs/mario_no_reward.md) can be drawn on it. Only the part of the level the agent
+scrolled through is drawn: use an agent that reaches the flag (the zoo's ``mario-1-1-ppo`` does on 1-1).
 """
 
 from __future__ import annotations
