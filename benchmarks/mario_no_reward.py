@@ -68,7 +68,6 @@ CURVE_BIN = 50_000  # agent steps per point of the distance curve
 POLICY_BIN = 100_000  # agent steps per point of the policy's entropy and the advantages' spread
 STOP_BIN = 64  # x_pos pixels per bar of the stopping-point histogram
 LEVEL_END = 3_266  # x_pos past the flag pole of 1-1 (the flag is reached near 3,161)
-LEVEL = os.path.join(ROOT, "mario", "levels", "1-1.png")  # the report draws the stops above it (mario/pictures.py)
 FAR_X = 1_000  # the plan's mark (about 30 % of 1-1): every episode past it is listed in the summary
 #: the ICM paper (Pathak et al. 2017, Table 1): 1-1 from scratch with no reward, mean distance 711 +- 59.3
 ICM_PAPER = "711 +- 59 (about 30 % of 1-1; stops at a pit at 38 %)"
@@ -187,7 +186,8 @@ def policy_facts(m, steps) -> dict:
     late = {}
     for action in sorted((t[len(prefix) :] for t in m if t.startswith(prefix)), key=lambda a: (len(a), a)):
         s, v = m[prefix + action]
-        late[action] = round(float(v[s > 0.9 * steps].mean()), 4) if (s > 0.9 * steps).any() else None
+        last = s > 0.9 * steps
+        late[action] = round(float(v[last].mean()), 4) if last.any() else None
     kl_s, kl = m.get("losses/approx_kl", empty)
     second = kl[kl_s > steps / 2]
     return {
@@ -267,13 +267,15 @@ def markdown(summaries) -> str:
 
 def plot(summaries, path, level=None):
     """Distance over agent steps per run, and where the last 10 % of each run's episodes ended (shares
-    along x_pos), above the level itself when ``level`` (a ``mario/level_picture.py`` PNG of 1-1) exists."""
+    along x_pos), above the level itself when given ``level`` (``mario.pictures.level_strip(1, 1)``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    on_level = level is not None and os.path.exists(level)
+    from mario.pictures import show_level
+
+    on_level = level is not None
     fig = plt.figure(figsize=(8, 7.8 if on_level else 7))
     grid = fig.add_gridspec(2, 1, height_ratios=[3, 3.9 if on_level else 3])
     lower = grid[1].subgridspec(2, 1, height_ratios=[3, 0.9], hspace=0.04) if on_level else None
@@ -297,10 +299,8 @@ def plot(summaries, path, level=None):
     bottom.set_xlim(0, LEVEL_END)
     bottom.legend(fontsize=7, ncol=2)
     if on_level:  # the level under the shares, x for x: which pipe or pit each peak is
-        picture = plt.imread(level)
         ax = fig.add_subplot(lower[1], sharex=bottom)
-        ax.imshow(picture, extent=(0, picture.shape[1], 0, picture.shape[0]), aspect="auto", interpolation="nearest")
-        ax.set_yticks([])
+        show_level(ax, level, LEVEL_END)
         bottom.tick_params(labelbottom=False)
         bottom = ax
     bottom.set_xlabel("x_pos")
@@ -309,8 +309,13 @@ def plot(summaries, path, level=None):
     plt.close(fig)
 
 
-def write_report(results, docs, level=LEVEL):
+def write_report(results, docs, with_level=True):
+    """The report from the summaries in ``results``, the shares drawn above 1-1's committed picture
+    (``mario/levels/1-1.png``) unless ``with_level`` is False."""
+    from mario.pictures import level_strip
+
     summaries, alt = load_summaries(results), "distance over agent steps, and where episodes ended"
+    level = level_strip(1, 1) if with_level else None
     return lanes.write_suite_report(
         docs,
         "mario_no_reward.md",

@@ -92,14 +92,11 @@ def play_through(checkpoint: str, max_steps: int = 5_000, device: str = "cpu"):
 def level_picture(checkpoint: str, path: str, max_steps: int = 5_000) -> dict:
     """Play ``checkpoint`` through its level and write the stitched level (HUD cut off) as a PNG at
     ``path``. Returns what was drawn: width and height in px, the screens used, the last x_pos and flag."""
-    from PIL import Image
+    from common.pictures import save_png
 
     screens, lefts, info = play_through(checkpoint, max_steps)
     level = stitch(screens[:, HUD_ROWS:], lefts)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    Image.fromarray(level).save(tmp)
-    os.replace(tmp, path)
+    os.replace(save_png(path + ".tmp.png", level), path)  # whole or not at all
     return {
         "width": level.shape[1],
         "height": level.shape[0],

@@ -35,6 +35,14 @@ def level_strip(world: int, stage: int) -> np.ndarray | None:
         return np.asarray(im.convert("RGB"))
 
 
+def show_level(ax, level: np.ndarray, right: int) -> None:
+    """Draw ``level`` (``level_strip``) on ``ax`` from x_pos 0 to ``right``, squeezed to the axes' height."""
+    shown = level[:, : min(right, level.shape[1])]
+    ax.imshow(shown, extent=(0, shown.shape[1], 0, shown.shape[0]), aspect="auto", interpolation="nearest")
+    ax.set_xlim(0, right)
+    ax.set_yticks([])
+
+
 def step_record(info: dict):
     """(x_pos, flag reached) after a step."""
     return int(info.get("x_pos", 0)), bool(info.get("flag_get", False))
@@ -112,10 +120,7 @@ def draw_by_position(data: dict, title: str = "", intrinsic: bool = True, level:
     if level is not None:  # the level under the bars, x for x (squeezed in height)
         bottom.tick_params(labelbottom=False)
         bottom = fig.add_subplot(grid[2])
-        shown = level[:, : min(right, level.shape[1])]
-        bottom.imshow(shown, extent=(0, shown.shape[1], 0, shown.shape[0]), aspect="auto", interpolation="nearest")
-        bottom.set_xlim(0, right)
-        bottom.set_yticks([])
+        show_level(bottom, level, right)
     bottom.set_xlabel(f"x_pos (bins of {edges[1] - edges[0]} px)")
     if title:
         fig.suptitle(title, fontsize=11)

@@ -101,7 +101,7 @@ def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(t
     os.makedirs(docs)
     shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), docs)
     shutil.rmtree(out)
-    text = open(bench.write_report(str(results), str(docs), level=None)).read()
+    text = open(bench.write_report(str(results), str(docs), with_level=False)).read()
     assert "| random policy | 0 | budget |" in text and "| ICM | 0 | budget | 1,000 |" in text
     assert "| 1100 (" in text and os.path.getsize(docs / "mario_no_reward.png") > 10_000
     from PIL import Image
