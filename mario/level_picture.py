@@ -112,8 +112,9 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="level.png", help="where the PNG goes")
     p.add_argument("--max-steps", type=int, default=5_000, help="agent steps at most")
     args = p.parse_args(argv)
-    if args.max_steps < 1:
-        p.error(f"--max-steps {args.max_steps}: must be at least 1")
+    from common.ppo.play import check_play_args
+
+    check_play_args(p, args, positive=("max_steps",), paths=("out",))
     if not os.path.isfile(args.checkpoint):
         p.error(f"--checkpoint {args.checkpoint}: no such file")
     drawn = level_picture(args.checkpoint, args.out, args.max_steps)

@@ -49,6 +49,11 @@ def test_bad_arguments_are_named_before_anything_loads(tmp_path, capsys):
     with pytest.raises(SystemExit):
         lp.main(["--checkpoint", str(tmp_path / "missing.pdparams")])
     assert "no such file" in capsys.readouterr().err
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):  # its folder is a file: named before ~4 s of play, not after
+        lp.main(["--out", str(blocker / "level.png")])
+    assert "--out" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -140,8 +140,8 @@ def frame_strip(
 
 def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
     """A play script's usage errors (exit 2, naming the flag and value): the ``positive`` flags given
-    and <= 0, ``--seed`` outside the range every generator takes, a ``paths`` flag whose folder cannot
-    be written (a missing one is made)."""
+    and <= 0, ``--seed`` (where the script has one) outside the range every generator takes, a ``paths``
+    flag whose folder cannot be written (a missing one is made)."""
     from common.run.config import MAX_SEED, check_writable
     from common.run.errors import UsageError
 
@@ -149,7 +149,7 @@ def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
         v = getattr(args, name)
         if v is not None and v <= 0:
             p.error(f"--{name.replace('_', '-')} {v} is invalid: expected a positive integer")
-    if not 0 <= args.seed <= MAX_SEED:
+    if hasattr(args, "seed") and not 0 <= args.seed <= MAX_SEED:
         p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
     for flag, path in ((f"--{name}", getattr(args, name)) for name in paths):
         if path:
