@@ -1,5 +1,6 @@
 """Every registered intrinsic module through one contract, a toy one defined here included: it registers
-with ``@register`` alone and is then a ``--intrinsic`` choice, built by name, like the built-in ones.
+with ``@register`` alone and is then a ``--intrinsic`` choice, built by name, like the built-in ones (a
+new file in the package is found with no edit elsewhere).
 
 The contract: shapes and dtypes of the rewards and features, finite rewards and losses, the state
 round trip through the checkpoint format (the restored module pays and learns exactly as the saved
@@ -103,6 +104,33 @@ def test_a_module_registered_anywhere_is_a_choice_of_the_command_line():
     assert isinstance(build("toy-mean"), ToyMean)
     with pytest.raises(ValueError, match="registered twice"):
         register("toy-mean")(type("Other", (ToyMean,), {}))
+
+
+def test_a_new_file_in_the_package_registers_with_no_edit_elsewhere(tmp_path, monkeypatch):
+    import sys
+
+    import common.intrinsic
+    from common.intrinsic import registry
+
+    # a folder on the package's search path stands for common/intrinsic/: the repository stays untouched
+    (tmp_path / "toy_file.py").write_text(
+        "from common.intrinsic.base import IntrinsicModule\n"
+        "from common.intrinsic.registry import register\n\n\n"
+        '@register("toy-file")\n'
+        "class ToyFile(IntrinsicModule):\n"
+        '    summary = "a file dropped into the package"\n\n'
+        "    @classmethod\n"
+        "    def from_run(cls, make_networks, obs_shape, input_channels, settings):\n"
+        "        return cls()\n"
+    )
+    monkeypatch.setattr(common.intrinsic, "__path__", [*common.intrinsic.__path__, str(tmp_path)])
+    try:
+        assert "common.intrinsic.toy_file" in registry._package_modules()
+        assert names()[-1] == "toy-file" and names()[0] == "none"  # the built-in order stays first
+        assert type(build("toy-file")).__name__ == "ToyFile"
+    finally:
+        registry._REGISTRY.pop("toy-file", None)
+        sys.modules.pop("common.intrinsic.toy_file", None)
 
 
 @pytest.mark.parametrize("name", sorted(registered()) + ["toy-mean"])

@@ -2,18 +2,21 @@
 
 A registered class builds itself for a run with its ``from_run(make_networks, obs_shape,
 input_channels, settings)`` classmethod (``settings``: ``ModuleSettings``, what the run's flags say);
-``--intrinsic`` offers every registered name, and ``make_intrinsic`` builds by name. The built-in
-methods register when their modules are imported (``BUILTIN``, imported on the first question
-asked of the registry: Paddle comes with them), so a module defined anywhere else, a test's toy
-one for instance, registers the same way with no edit here (tests/test_intrinsic_contract.py).
+``--intrinsic`` offers every registered name, and ``make_intrinsic`` builds by name. A class
+registers when its file is imported; on the first question asked of the registry every file of
+this package is imported (``BUILTIN`` first, in the order ``--help`` lists them, then any other in
+name order; Paddle comes with them), so a new file under ``common/intrinsic/`` needs no edit here.
+A module defined anywhere else, a test's toy one for instance, registers the same way once it is
+imported (tests/test_intrinsic_contract.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import pkgutil
 
-#: the modules that define the built-in methods (imported on demand: they import Paddle)
+#: the modules that define the built-in methods, in --help's order (imported on demand: they import Paddle)
 BUILTIN = (
     "common.intrinsic.base",
     "common.intrinsic.rnd",
@@ -59,9 +62,16 @@ def register(name: str):
 
 def registered() -> dict[str, type]:
     """``{name: class}`` of every registered module, the built-in ones first ("none" leading)."""
-    for module in BUILTIN:
+    for module in BUILTIN + _package_modules():
         importlib.import_module(module)
     return dict(_REGISTRY)
+
+
+def _package_modules() -> tuple[str, ...]:
+    """Every other file of this package, by name: where a new method's file is found."""
+    package = importlib.import_module(__package__)
+    found = (f"{__package__}.{m.name}" for m in pkgutil.iter_modules(package.__path__))
+    return tuple(sorted(m for m in found if m not in BUILTIN))
 
 
 def names() -> tuple[str, ...]:
