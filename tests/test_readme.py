@@ -6,7 +6,8 @@ span outside fences that starts with ``python``, ``pip`` or ``visualdl``. Whites
 collapsed and the table escape ``\\|`` read as ``|``. When README.md changes its commands,
 this test names the ones README_cn.md lacks or still has. Both READMEs stay at most 15 KB,
 open with the two install commands, give commands whose scripts, files and flags exist, and
-link only to files (and headings) that exist; so do the pages under docs/. The numbered
+link only to files (and headings) that exist; so do the pages under docs/, whose commands name
+scripts that exist and flags their ``--help`` lists. The numbered
 deviations, which code and pages cite by number, keep their numbers (docs/deviations.md).
 """
 
@@ -154,6 +155,50 @@ def test_readme_commands_name_real_scripts_files_and_flags():
                 assert os.path.isfile(os.path.join(ROOT, path)), f"{command}: no {path}"
             checked += 1
     assert checked >= 5
+
+
+def _script_flags(script: str) -> set[str]:
+    """The ``--flags`` a script's ``--help`` names: its ``main(["--help"])`` run in this process (nothing
+    trains; the page is parsed, not the flag's value)."""
+    import contextlib
+    import io
+    import sys
+
+    folder, name = os.path.split(script.removesuffix(".py"))
+    if folder in ("benchmarks", "notebooks"):  # script folders, not packages: imported as the tests do
+        if os.path.join(ROOT, folder) not in sys.path:
+            sys.path.insert(0, os.path.join(ROOT, folder))
+        module = importlib.import_module(name)
+    else:
+        module = importlib.import_module(f"{folder.replace('/', '.')}.{name}")
+    page = io.StringIO()
+    with contextlib.redirect_stdout(page), contextlib.suppress(SystemExit):
+        module.main(["--help"])
+    return set(re.findall(r"--[a-z][a-z0-9-]*", page.getvalue()))
+
+
+def test_commands_in_docs_name_real_scripts_and_flags():
+    """Each ``python <script>.py`` command of a docs/ page (or zoo/README.md) names a script that exists and
+    only flags its ``--help`` lists, so a page cannot keep a command its script has dropped. Placeholders
+    (``<game>/train.py``) are skipped."""
+    uses: dict[str, list[tuple[str, str]]] = {}
+    pages = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "zoo", "README.md")]
+    for page in pages:
+        for command in commands(read(page)):
+            for part in command.split("&&"):
+                argv = shlex.split(part)
+                if len(argv) > 1 and argv[0] == "python" and argv[1].endswith(".py") and "<" not in argv[1]:
+                    for flag in (a.split("=")[0] for a in argv[2:] if a.startswith("--")):
+                        uses.setdefault(argv[1], []).append((os.path.relpath(page, ROOT), flag))
+    assert len(uses) >= 20  # guards the extraction: the pages cite most scripts
+    wrong = []
+    for script, found in sorted(uses.items()):
+        if not os.path.isfile(os.path.join(ROOT, script)):
+            wrong.append(f"{found[0][0]}: no {script}")
+            continue
+        known = _script_flags(script)
+        wrong += [f"{page}: {script} has no {flag}" for page, flag in found if flag not in known]
+    assert not wrong, "\n".join(sorted(set(wrong)))
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
