@@ -83,7 +83,7 @@ def draw_by_position(data: dict, title: str = "", intrinsic: bool = True, level:
     edges, steps = data["edges"], data["steps"]
     fig = new_figure(1000, 460)
     rows = [2.2, 1.0] + ([0.7] if level is not None else [])
-    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, hspace=0.08, left=0.08, right=0.98, top=0.9)
+    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, hspace=0.08, left=0.1, right=0.98, top=0.9)
     top, bottom = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
     if intrinsic:
         top.stairs(np.nan_to_num(data["mean_int"]), edges, fill=True, color="C1", alpha=0.75)
