@@ -2,9 +2,9 @@
 
 ``paddle.optimizer.Adam(..., use_multi_tensor=True)`` updates all parameters in one kernel
 call instead of one call per parameter: the same update rule (moments, bias correction,
-epsilon, global-norm clipping before it), rounded differently in the last bit or two (a
-parameter moves by ~1e-7 differently after 30 steps), and several times faster on a CPU
-(``docs/performance.md``, "The Double DQN train step: Adam and the dense layers").
+epsilon, global-norm clipping before it), rounded differently in the last bit or two
+(tests/test_optim.py bounds the drift), and faster on a CPU (``docs/performance.md``, "The
+Double DQN train step: Adam and the dense layers").
 
 Its one condition: **every parameter gets a gradient in every step.** The merged kernel
 fixes its list of parameters at the first step; a later step with a different set of

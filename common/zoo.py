@@ -16,7 +16,7 @@ plays every agent again and checks the card (an episode with the card's policy a
 deterministic on a CPU).
 
     python -m common.zoo export --game mario --checkpoint runs/.../models/mario_1_1.pdparams \\
-        --name mario-1-1-rnd --hours 3.2 --note "RND seed 0 of benchmarks/mario_flag.py"
+        --name mario-1-1-rnd --hours <the run's logged hours> --note "RND seed 0 of benchmarks/mario_flag.py"
 """
 
 from __future__ import annotations

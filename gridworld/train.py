@@ -25,8 +25,8 @@ class GridConfig(TrainConfig):
     512, Adam 2.5e-4, gamma 0.99, GAE lambda 0.95, clip 0.2, entropy 0.01, MSE value
     loss with weight 0.5, grad clip 0.5, advantages standardized per minibatch
     (``--norm-adv``, as CleanRL; the RND authors' PPO uses raw advantages; without it the
-    normalized intrinsic rewards, ~1e-3 per step here, are smaller than the entropy
-    bonus's pull and the curiosity never steers the policy). Intrinsic: the RND
+    normalized intrinsic rewards, small per step on these tasks, are outweighed by the
+    entropy bonus's pull and the curiosity does not steer the policy). Intrinsic: the RND
     paper's 2:1 weighting of extrinsic to intrinsic advantages (ext_coef 2,
     int_coef 1), the non-episodic intrinsic stream discounted with 0.99, the
     predictor trained on a quarter of each minibatch (RND's update_proportion), and

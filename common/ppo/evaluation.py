@@ -25,8 +25,9 @@ spec (``module.SPEC``, e.g. ``mario.train``), builds the policy and an eval env 
 and then plays one greedy episode per request (``submit``/``poll``/``wait``/``close``); a
 result carries the episode's observation stacks, its kept RGB screens when asked
 (``along``) and its wall time (``seconds``).
-On a 2-core machine the update phase runs on one core; the eval episode (emulator +
-batch-1 policy forward, one math thread) takes the other.
+The eval process runs at a lower CPU priority (``EVAL_NICENESS``) with one math thread, so its
+episode (emulator + batch-1 policy forward) fills the time the training loop leaves idle instead of
+slowing its phases (``docs/performance.md``).
 
 Faults: an exception in the eval process reaches the caller as :class:`EvalProcessError`
 carrying the formatted traceback; a process that dies (segfault, SIGKILL) is reported

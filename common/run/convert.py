@@ -21,7 +21,7 @@ import tempfile
 
 from common.run import tensorfile
 
-#: the child's memory: its interpreter and numpy (~250 MB of address space), plus this many times the file
+#: the child's memory: room for its interpreter and numpy, plus this many times the file
 MEMORY_BASE, MEMORY_PER_BYTE = 400 * 2**20, 8
 TIMEOUT_BASE, TIMEOUT_PER_MB = 20.0, 0.5  # seconds of wall clock (and of CPU time)
 
