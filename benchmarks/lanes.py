@@ -394,12 +394,18 @@ def segments_table(summaries, name_of) -> list:
 
 
 def replace_block(path, start, end, block) -> str:
-    """Put ``block`` between the marker lines ``start`` and ``end`` of the text file ``path``; returns ``path``."""
+    """Put ``block`` between the marker lines ``start`` and ``end`` of the text file ``path`` (written whole:
+    a stop leaves the old page or the new one); returns ``path``. A missing page or marker exits naming it."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {path} does not exist: --docs must be the folder that holds the report's page")
     with open(path, encoding="utf-8") as f:
         text = f.read()
+    if start not in text or end not in text or text.index(start) > text.index(end):
+        raise SystemExit(f"error: {path} lacks the report's markers {start!r} ... {end!r}")
     a, b = text.index(start) + len(start), text.index(end)
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(text[:a] + "\n" + block + "\n" + text[b:])
+    os.replace(path + ".tmp", path)
     return path
 
 
@@ -566,8 +572,10 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     ``--pack-state``. ``suite`` is the suite's module: ``__doc__``, ``PLAN``, ``RUN_FORMAT`` (what
     ``--runs`` takes), ``parse_runs(text)``, ``planned(plan, out, results, lanes_at_once, extra)``,
     ``load_summaries(results)``, ``describe(summary)``, ``summary_name(summary)``,
-    ``write_report(results, docs)``, and the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE``.
-    Flags it does not know go to the trainer of every run (checks, e.g. a small budget). A suite adds
+    ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` and
+    ``TRAINER``, its runs' train script. Flags it does not know go to the trainer of every run (checks, e.g.
+    a small budget), once the trainer's parser has accepted them (a misspelt flag of the suite's own,
+    ``--report-onyl``, is refused before anything runs). A suite adds
     flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
     before its report is written."""
     import argparse
@@ -585,6 +593,12 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     if add_arguments is not None:
         add_arguments(p)
     args, extra = p.parse_known_args(argv)
+    if extra:
+        check_trainer_flags(p, suite.TRAINER, extra)
+    if (args.report_only or args.status) and not os.path.isdir(args.results):
+        p.error(f"--results {args.results!r} is not a folder: expected the folder of the runs' summaries")
+    if not (args.status or args.pack_state) and not os.path.isdir(args.docs):
+        p.error(f"--docs {args.docs!r} is not a folder: expected the folder of the report's page")
     carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     plan = suite.planned(
         suite.parse_runs(args.runs) if args.runs else suite.PLAN, args.out, args.results, args.lanes, extra
@@ -604,6 +618,28 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         before_report(args)
     print("report:", suite.write_report(args.results, args.docs))
     return 0
+
+
+def check_trainer_flags(parser, trainer: str, extra) -> None:
+    """The flags ``extra`` a suite passes on to its runs, checked by the parser of the train script
+    ``trainer`` (``"mario/train.py"``) before any run starts; ``parser.error`` names what it refuses."""
+    import importlib
+
+    from common.run.config import build_parser
+
+    module = importlib.import_module(trainer.removesuffix(".py").replace("/", "."))
+    theirs = build_parser(module.SPEC.config_cls)
+
+    def refuse(message):
+        raise ValueError(message)
+
+    theirs.error = refuse  # its message, not its usage page and exit
+    try:
+        _, unknown = theirs.parse_known_args(list(extra))
+    except ValueError as e:
+        parser.error(f"{trainer}: {e}")
+    if unknown:
+        parser.error(f"{' '.join(unknown)}: neither a flag of this suite nor of {trainer} (see both --help)")
 
 
 # ---------------------------------------------------------------------------------- a suite's parts
@@ -630,8 +666,11 @@ def load_summary_files(results, pattern, order) -> list:
     """The summaries ``results/<pattern>`` (a glob), sorted by ``order(summary)``."""
     out = []
     for path in sorted(glob.glob(os.path.join(results, pattern))):
-        with open(path, encoding="utf-8") as f:
-            out.append(json.load(f))
+        try:
+            with open(path, encoding="utf-8") as f:
+                out.append(json.load(f))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {path} is not a run summary (JSON): {e}") from None
     return sorted(out, key=order)
 
 
@@ -642,7 +681,8 @@ def parse_method_seeds(text, methods) -> tuple:
         method, _, seed = item.partition(":")
         if method not in methods or not seed.isdigit():
             raise SystemExit(
-                f"--runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(methods)}"
+                f"error: --runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(methods)} "
+                "and SEED an integer >= 0"
             )
         out.append((method, int(seed)))
     return tuple(out)

@@ -62,6 +62,7 @@ LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_flag")
 DOCS = os.path.join(ROOT, "docs")
 OUT = os.path.join(ROOT, "runs", "mario_flag")
 RUN_FORMAT = "LEVEL:METHOD:SEED"
+TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
 FINISHED = ("flag", "budget")
 
@@ -78,7 +79,7 @@ def command(level, method, seed, out, resume=None, threads=0, extra=()):
     world, stage = level.split("-")
     argv = [
         sys.executable,
-        os.path.join(ROOT, "mario", "train.py"),
+        os.path.join(ROOT, TRAINER),
         "--recipe",
         RECIPE,
         "--world",

@@ -76,6 +76,7 @@ LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_no_reward")
 DOCS = os.path.join(ROOT, "docs")
 OUT = os.path.join(ROOT, "runs", "mario_no_reward")
 RUN_FORMAT = "METHOD:SEED"
+TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- mario-no-reward-results:start -->", "<!-- mario-no-reward-results:end -->"
 PREFIX = "mario_1_1"  # mario_1_1_<update>.pdparams
 
@@ -89,7 +90,7 @@ def command(method, seed, out, resume=None, threads=0, extra=()):
         argv = [sys.executable, os.path.abspath(__file__), "--random-episodes", str(RANDOM_EPISODES)]
         return argv + ["--seed", str(seed), "--random-out", os.path.join(out, run_name(method, seed))]
     intrinsic, flags = VARIANTS.get(method, (method, ()))
-    argv = [sys.executable, os.path.join(ROOT, "mario", "train.py"), "--recipe", RECIPE, "--intrinsic", intrinsic]
+    argv = [sys.executable, os.path.join(ROOT, TRAINER), "--recipe", RECIPE, "--intrinsic", intrinsic]
     argv += list(flags)
     argv += ["--seed", str(seed), "--log-path", out, "--run-name", run_name(method, seed), *RUN_ARGS]
     argv += ["--num-global-steps", str(PPO_STEPS)] if method == "none" else []

@@ -104,6 +104,7 @@ LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "montezuma_snd")
 DOCS = os.path.join(ROOT, "docs")
 OUT = os.path.join(ROOT, "runs", "montezuma_snd")
 RUN_FORMAT = "METHOD:SEED"
+TRAINER = "montezuma/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- montezuma-results:start -->", "<!-- montezuma-results:end -->"
 PREFIX = "montezuma"  # montezuma_<update>.pdparams
 HEATMAP_STEPS = 20_000  # agent steps sampled from a finished run's policy for its heatmap
@@ -117,7 +118,7 @@ def command(method, seed, out, resume=None, threads=0, extra=()):
     intrinsic, flags = VARIANTS.get(method, (method, ()))
     argv = [
         sys.executable,
-        os.path.join(ROOT, "montezuma", "train.py"),
+        os.path.join(ROOT, TRAINER),
         "--recipe",
         RECIPE,
         "--intrinsic",

@@ -60,8 +60,9 @@ def play_through(checkpoint: str, max_steps: int = 5_000, device: str = "cpu"):
     screen and its left edge at the start and after every step but the last (the last screen of an
     episode that ends is the game's, often a black death or level-end frame), at most ``PER_PLACE``
     screens per left edge."""
-    import paddle
+    from common.run.device import require_paddle
 
+    paddle = require_paddle()  # quietly (Paddle's import warns of a missing compiler cache)
     from common.cpu import unit_floats
     from common.ppo.play import load_policy
     from mario.env import make_env
@@ -115,6 +116,8 @@ def main(argv=None) -> dict:
     from common.ppo.play import check_play_args
 
     check_play_args(p, args, positive=("max_steps",), paths=("out",))
+    if os.path.isdir(args.checkpoint):
+        p.error(f"--checkpoint {args.checkpoint} is a folder: expected a Mario .pdparams checkpoint file")
     if not os.path.isfile(args.checkpoint):
         p.error(f"--checkpoint {args.checkpoint}: no such file")
     drawn = level_picture(args.checkpoint, args.out, args.max_steps)

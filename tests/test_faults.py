@@ -483,7 +483,8 @@ def test_a_gridworld_checkpoint_given_to_pong_is_named_another_games(tmp_path, t
     path = str(tmp_path / "grid.pdparams")
     save_checkpoint(path, tampered_source)
     res = script("pong/train.py", "--resume", path, "--log-path", str(tmp_path / "runs"))
-    assert res.returncode == 1 and "written by game 'gridworld'; this is 'pong'" in res.stderr, res.stderr[-1500:]
+    assert res.returncode == 1 and "error: --resume: " in res.stderr, res.stderr[-1500:]
+    assert "written by game 'gridworld'; this is 'pong'" in res.stderr, res.stderr[-1500:]
 
 
 def test_tampered_checkpoints_are_named_at_play(tmp_path, tampered_source):

@@ -74,3 +74,13 @@ def test_a_game_script_runs_the_code_of_the_checkout_on_pythonpath(tmp_path):
             for f in files:
                 if f.endswith(".py"):
                     assert "sys.path.insert" not in open(os.path.join(base, f), encoding="utf-8").read(), f
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in games.names() if hasattr(parse_config(games.spec_of(n).config_cls, []), "vf_coef")]
+)
+def test_every_ppo_game_refuses_a_negative_loss_weight_by_name(name, capsys):
+    for flag in ("--beta", "--int-coef", "--ext-coef", "--vf-coef"):
+        with pytest.raises(SystemExit):
+            parse_config(games.spec_of(name).config_cls, [flag, "-1"])
+        assert f"{flag} -1.0 is invalid: expected a number >= 0" in capsys.readouterr().err

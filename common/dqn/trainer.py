@@ -48,7 +48,7 @@ from common.dqn.config import DQNConfig
 from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.errors import NonFiniteLossError, UsageError, stopped_by
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits
 
 paddle = require_paddle()
 
@@ -128,6 +128,8 @@ class DQNTrainer:
             )
         else:
             self.intrinsic = NoIntrinsic()
+        frame_bytes = int(np.prod(self.obs_shape[1:])) + 6  # a uint8 frame, its float32 reward and two flags
+        check_fits(cfg.memory_capacity * frame_bytes, f"--memory-capacity {cfg.memory_capacity}", "the replay memory")
         self.memory = ReplayMemory(cfg.memory_capacity, self.obs_shape[1:], self.obs_shape[0])
         self.epsilon = LinearSchedule(
             cfg.epsilon, None if cfg.epsilon_initial < 0 else cfg.epsilon_initial, cfg.epsilon_decay_steps

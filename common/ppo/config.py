@@ -322,12 +322,8 @@ class TrainConfig(RunConfig):
         need(0.0 < self.target_proportion <= 1.0, "target-proportion", self.target_proportion, "a value in (0, 1]")
         need(self.epsilon > 0, "epsilon", self.epsilon, "a positive clip range")
         need(self.max_grad_norm > 0, "max-grad-norm", self.max_grad_norm, "a positive norm")
-        need(
-            self.beta >= 0 and self.int_coef >= 0 and self.ext_coef >= 0,
-            "beta/--int-coef/--ext-coef",
-            (self.beta, self.int_coef, self.ext_coef),
-            "non-negative coefficients",
-        )
+        for name in ("beta", "int_coef", "ext_coef", "vf_coef"):
+            need(getattr(self, name) >= 0, flag_name(name), getattr(self, name), "a number >= 0")
         need(self.int_eta > 0, "int-eta", self.int_eta, "a positive scale")
         need(
             self.int_reward == "snd" or self.int_eta == 1.0,

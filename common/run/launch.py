@@ -94,8 +94,8 @@ def run(spec: GameSpec, trainer_cls, argv=None) -> dict:
     except UsageError as e:  # a flag's value (e.g. an unusable --log-path): reported as argparse reports bad flags
         print(f"{os.path.basename(sys.argv[0]) or spec.name}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
+    except CheckpointError as e:  # the only file a trainer loads as it starts is --resume's
+        raise SystemExit(f"error: --resume: {e}") from None
     if getattr(getattr(trainer, "world", None), "is_main", True):  # data-parallel ranks: rank 0 alone
         print("\n".join(start_lines(spec, cfg, trainer)), flush=True)
     trainer.stop.on_abort.append(lambda: abort_workers(trainer))
