@@ -128,6 +128,7 @@ def test_a_sigint_to_the_benchmark_alone_stops_its_run_with_a_checkpoint(tmp_pat
     small += ["--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0"]
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "mario_flag.py"), "--runs", "1-1:none:0", "--out"]
     # its own --state: a run packed into the repository's benchmarks/lane_state must not be restored here
+    (tmp_path / "docs").mkdir()  # checked before the plan starts (the report goes there at its end)
     cmd += [str(out), "--results", str(results), "--docs", str(tmp_path / "docs"), "--state", str(tmp_path / "state")]
     cmd += small
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
