@@ -592,8 +592,10 @@ def test_careless_values_are_named(tmp_path):
 
 @fault(
     "flags whose size would exhaust memory or overflow later: --num-local-steps 1000000000, --num-processes "
-    "1000000, --worker-timeout 1e308, --max-eval-steps 10**20; a rollout larger than the machine's memory",
-    "refused naming the flag and the bound ('at most ...', or the rollout's size against the memory), exit 2",
+    "1000000, --worker-timeout 1e308, --max-eval-steps 10**20; a rollout, or Pong's replay memory "
+    "(--memory-capacity 10000000000), larger than the machine's memory",
+    "refused naming the flag and the bound ('at most ...', or the rollout's or replay's size against the memory), "
+    "exit 2",
     "nothing is allocated or started",
 )
 def test_flags_too_large_for_the_machine_are_named(tmp_path):
@@ -615,7 +617,9 @@ def test_flags_too_large_for_the_machine_are_named(tmp_path):
         str(tmp_path / "r"),
     )
     assert res.returncode == 2 and "the rollout needs" in res.stderr and "GB" in res.stderr, res.stderr[-500:]
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists()
+    res = script("pong/train.py", "--memory-capacity", "10000000000", "--log-path", str(tmp_path / "p"))
+    assert res.returncode == 2 and "--memory-capacity 10000000000 is invalid here: the replay memory" in res.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r").exists() and not (tmp_path / "p").exists()
 
 
 IMPOSSIBLE = {  # what is changed -> what the refusal names
@@ -790,6 +794,70 @@ def test_careless_zoo_cards_are_named(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(zoo.CardError, match="is not JSON"):
         zoo.cards(str(tmp_path))
+
+
+@fault(
+    "the zoo's export given --hours -1 or nan, --seed -1, or a --zoo that is a file",
+    "refused naming the flag, the value and what is accepted, exit 2",
+    "nothing is written: no weights without a card",
+)
+def test_zoo_export_refuses_bad_input_before_writing_anything(tmp_path, capsys):
+    from common import zoo
+
+    checkpoint = os.path.join(ROOT, "zoo", "keycorridor-s3r2-rnd.pdparams")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    base = ["export", "--game", "gridworld", "--checkpoint", checkpoint, "--name", "x", "--zoo"]
+    cases = [
+        ([str(tmp_path / "zoo"), "--hours", "-1"], "--hours -1.0 is invalid: expected the run's wall hours"),
+        ([str(tmp_path / "zoo"), "--hours", "nan"], "--hours nan is invalid"),
+        ([str(tmp_path / "zoo"), "--seed", "-1"], "--seed -1 is invalid: expected an integer from 0"),
+        ([str(afile)], f"--zoo '{afile}' is unusable: {afile} is not a folder"),
+    ]
+    for args, message in cases:
+        with pytest.raises(SystemExit):
+            zoo.main(base + args)
+        assert message in capsys.readouterr().err, args
+    assert not (tmp_path / "zoo").exists()
+
+
+@fault(
+    "a long-run suite (benchmarks/mario_no_reward.py, montezuma_snd.py, mario_flag.py) given a misspelt flag "
+    "of its own (--report-onyl) or a bad trainer flag, --report-only with a --results or --docs folder that is "
+    "not there, a summary that is not JSON, a report page without its markers",
+    "refused in one line naming the flag or file before any run starts (a misspelt flag was passed on to the "
+    "trainers, which started the plan); exit 2 or 1",
+    "the report page is not rewritten (it would have been emptied)",
+)
+def test_a_suite_refuses_bad_input_before_anything_runs_or_is_written(tmp_path, capsys):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import mario_no_reward as bench
+
+    """lanes.suite_main: a misspelt flag of the suite is not passed on to the trainer (which would start the
+    plan), and the report is not rebuilt from a folder that is not there (it would empty the page)."""
+    page = tmp_path / "docs" / "mario_no_reward.md"
+    page.parent.mkdir()
+    shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), page)
+    before = page.read_text()
+    cases = [
+        (["--report-onyl"], "--report-onyl: neither a flag of this suite nor of mario/train.py"),
+        (["--status", "--num-global-steps", "x"], "mario/train.py: argument --num-global-steps: invalid int value"),
+        (["--report-only", "--results", str(tmp_path / "nosuch")], "is not a folder: expected the folder of the runs'"),
+        (["--report-only", "--docs", str(tmp_path / "nodocs")], "is not a folder: expected the folder of the report"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit):
+            bench.main(argv + (["--docs", str(page.parent)] if "--docs" not in argv else []))
+        assert message in capsys.readouterr().err, argv
+    broken = tmp_path / "results"
+    broken.mkdir()
+    (broken / "mario11_noreward_rnd_seed0.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="mario11_noreward_rnd_seed0.json is not a run summary"):
+        bench.main(["--report-only", "--results", str(broken), "--docs", str(page.parent)])
+    page.write_text(before.replace("<!-- mario-no-reward-results:end -->", ""))
+    with pytest.raises(SystemExit, match="lacks the report's markers"):
+        bench.main(["--report-only", "--docs", str(page.parent)])
+    assert not os.path.exists(str(page) + ".tmp")
 
 
 # ------------------------------------------------------------------------------- updates

@@ -113,34 +113,6 @@ def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(t
     assert with_level[0] == plain[0] and with_level[1] > plain[1] + 50
 
 
-def test_the_suite_refuses_bad_input_before_anything_runs_or_is_written(tmp_path, capsys):
-    """lanes.suite_main: a misspelt flag of the suite is not passed on to the trainer (which would start the
-    plan), and the report is not rebuilt from a folder that is not there (it would empty the page)."""
-    page = tmp_path / "docs" / "mario_no_reward.md"
-    page.parent.mkdir()
-    shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), page)
-    before = page.read_text()
-    cases = [
-        (["--report-onyl"], "--report-onyl: neither a flag of this suite nor of mario/train.py"),
-        (["--status", "--num-global-steps", "x"], "mario/train.py: argument --num-global-steps: invalid int value"),
-        (["--report-only", "--results", str(tmp_path / "nosuch")], "is not a folder: expected the folder of the runs'"),
-        (["--report-only", "--docs", str(tmp_path / "nodocs")], "is not a folder: expected the folder of the report"),
-    ]
-    for argv, message in cases:
-        with pytest.raises(SystemExit):
-            bench.main(argv + (["--docs", str(page.parent)] if "--docs" not in argv else []))
-        assert message in capsys.readouterr().err, argv
-    broken = tmp_path / "results"
-    broken.mkdir()
-    (broken / "mario11_noreward_rnd_seed0.json").write_text("{not json")
-    with pytest.raises(SystemExit, match="mario11_noreward_rnd_seed0.json is not a run summary"):
-        bench.main(["--report-only", "--results", str(broken), "--docs", str(page.parent)])
-    page.write_text(before.replace("<!-- mario-no-reward-results:end -->", ""))
-    with pytest.raises(SystemExit, match="lacks the report's markers"):
-        bench.main(["--report-only", "--docs", str(page.parent)])
-    assert not os.path.exists(str(page) + ".tmp")
-
-
 @pytest.mark.slow
 def test_the_random_policy_plays_real_episodes(tmp_path):
     bench.play_random(str(tmp_path / "random"), episodes=1, seed=3)

@@ -72,23 +72,3 @@ def test_the_readmes_show_the_zoo_as_its_cards_say():
         with open(os.path.join(zoo.ROOT, name), encoding="utf-8") as f:
             text = f.read()
         assert zoo.replace_table(text, table) == text, f"{name}: run python -m common.zoo table"
-
-
-def test_export_refuses_bad_input_before_writing_anything(tmp_path, capsys):
-    checkpoint = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "zoo", "keycorridor-s3r2-rnd.pdparams"
-    )
-    afile = tmp_path / "afile"
-    afile.write_text("")
-    base = ["export", "--game", "gridworld", "--checkpoint", checkpoint, "--name", "x", "--zoo"]
-    cases = [
-        ([str(tmp_path / "zoo"), "--hours", "-1"], "--hours -1.0 is invalid: expected the run's wall hours"),
-        ([str(tmp_path / "zoo"), "--hours", "nan"], "--hours nan is invalid"),
-        ([str(tmp_path / "zoo"), "--seed", "-1"], "--seed -1 is invalid: expected an integer from 0"),
-        ([str(afile)], f"--zoo '{afile}' is unusable: {afile} is not a folder"),
-    ]
-    for args, message in cases:
-        with pytest.raises(SystemExit):
-            zoo.main(base + args)
-        assert message in capsys.readouterr().err, args
-    assert not (tmp_path / "zoo").exists()
