@@ -805,14 +805,14 @@ def test_zoo_export_refuses_bad_input_before_writing_anything(tmp_path, capsys):
     from common import zoo
 
     checkpoint = os.path.join(ROOT, "zoo", "keycorridor-s3r2-rnd.pdparams")
-    afile = tmp_path / "afile"
-    afile.write_text("")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
     base = ["export", "--game", "gridworld", "--checkpoint", checkpoint, "--name", "x", "--zoo"]
     cases = [
         ([str(tmp_path / "zoo"), "--hours", "-1"], "--hours -1.0 is invalid: expected the run's wall hours"),
         ([str(tmp_path / "zoo"), "--hours", "nan"], "--hours nan is invalid"),
         ([str(tmp_path / "zoo"), "--seed", "-1"], "--seed -1 is invalid: expected an integer from 0"),
-        ([str(afile)], f"--zoo '{afile}' is unusable: {afile} is not a folder"),
+        ([str(blocker)], f"--zoo '{blocker}' is unusable: {blocker} is not a folder"),
     ]
     for args, message in cases:
         with pytest.raises(SystemExit):
