@@ -287,13 +287,13 @@ def main(argv=None):
     from common.run.device import require_paddle
 
     require_paddle()  # quietly, before anything else imports it (a missing compiler cache is no news here)
-    from common.run.config import MAX_SEED, check_writable
+    from common.ppo.play import check_play_args
+    from common.run.config import check_writable
     from common.run.errors import UsageError
 
     if args.hours is not None and not 0 <= args.hours < float("inf"):
         p.error(f"--hours {args.hours} is invalid: expected the run's wall hours, a number >= 0")
-    if not 0 <= args.seed <= MAX_SEED:
-        p.error(f"--seed {args.seed} is invalid: expected an integer from 0 to {MAX_SEED}")
+    check_play_args(p, args, positive=(), paths=())  # the episode's --seed, as play.py checks it
     try:  # all before the weights are written: a refused export leaves nothing behind
         check_writable(args.zoo, "--zoo")
     except UsageError as e:
