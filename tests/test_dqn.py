@@ -660,3 +660,11 @@ def test_pong_play_plays_the_greedy_episode_and_the_zoo_exports_it(tmp_path):
     assert "learner" not in state and "replay" not in state and state["zoo"] == 1
     assert card["settings"]["agent"] == "snd" and card["agent_steps"] == run["env_steps"]
     assert "Double DQN + SND-V" in zoo.markdown_table(str(tmp_path / "zoo"))
+
+
+def test_replay_bytes_is_what_the_memory_holds():
+    from common.dqn.replay import ReplayMemory, replay_bytes
+
+    m = ReplayMemory(50, (84, 84), 4)
+    held = sum(a.nbytes for a in (m.frames, m.actions, m.rewards, m.terminals, m.firsts))
+    assert replay_bytes(50, (84, 84)) == held

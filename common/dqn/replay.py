@@ -38,6 +38,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def replay_bytes(capacity: int, frame_shape) -> int:
+    """Bytes a ``ReplayMemory`` of ``capacity`` holds: per entry a uint8 frame, an int64 action, a float32
+    reward and two bool flags."""
+    return int(capacity) * (int(np.prod(frame_shape)) + 8 + 4 + 1 + 1)
+
+
 class ReplayMemory:
     """Ring of single uint8 frames with transition data; samples uniformly, without replacement.
 

@@ -55,7 +55,7 @@ paddle = require_paddle()
 from common import cpu  # noqa: E402
 from common.dqn.learner import DoubleDQN, LinearSchedule, epsilon_greedy  # noqa: E402
 from common.dqn.log import DQNLog  # noqa: E402
-from common.dqn.replay import ReplayMemory  # noqa: E402
+from common.dqn.replay import ReplayMemory, replay_bytes  # noqa: E402
 from common.intrinsic.base import NoIntrinsic  # noqa: E402
 from common.run.checkpoint import (  # noqa: E402
     CheckpointError,
@@ -128,8 +128,8 @@ class DQNTrainer:
             )
         else:
             self.intrinsic = NoIntrinsic()
-        frame_bytes = int(np.prod(self.obs_shape[1:])) + 6  # a uint8 frame, its float32 reward and two flags
-        check_fits(cfg.memory_capacity * frame_bytes, f"--memory-capacity {cfg.memory_capacity}", "the replay memory")
+        nbytes = replay_bytes(cfg.memory_capacity, self.obs_shape[1:])
+        check_fits(nbytes, f"--memory-capacity {cfg.memory_capacity}", "the replay memory")
         self.memory = ReplayMemory(cfg.memory_capacity, self.obs_shape[1:], self.obs_shape[0])
         self.epsilon = LinearSchedule(
             cfg.epsilon, None if cfg.epsilon_initial < 0 else cfg.epsilon_initial, cfg.epsilon_decay_steps
