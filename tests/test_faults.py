@@ -556,7 +556,7 @@ def test_resume_repairs_a_torn_metrics_tail_and_removes_stale_temporaries(tmp_pa
     "--seed -1 or 2**64+1 (every train.py, play.py), --intrinsic-frames 0 or 99, --ray-address without "
     "--vec-env ray, play.py --output / --plot in a read-only folder",
     "refused naming the flag, the value and what is accepted, exit 2",
-    "nothing is started",
+    "nothing is started; a play refused for its checkpoint leaves no empty --output folder",
 )
 def test_careless_values_are_named(tmp_path):
     for entry in ("gridworld/train.py", "mario/train.py", "pong/train.py"):
@@ -579,6 +579,11 @@ def test_careless_values_are_named(tmp_path):
     for flag in ("--output", "--plot"):  # a parent that is a file: unusable for anyone, root included
         res = script("gridworld/play.py", "--checkpoint", ckpt, flag, str(a_file / "x.png"))
         assert res.returncode == 2 and flag in res.stderr and "not a folder" in res.stderr, res.stderr[-500:]
+    res = script("gridworld/play.py", "--checkpoint", str(a_file), "--output", str(tmp_path / "new" / "x.mp4"))
+    assert res.returncode != 0 and "a_file" in res.stderr, res.stderr[-500:]
+    assert not (tmp_path / "new").exists()  # a refused checkpoint leaves no empty output folder
+    res = script("gridworld/play.py", "--checkpoint", ckpt, "--output", str(tmp_path / "made" / "sub" / "x.mp4"))
+    assert res.returncode == 0 and (tmp_path / "made" / "sub" / "x.mp4").is_file(), res.stderr[-500:]
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)

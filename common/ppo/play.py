@@ -141,7 +141,8 @@ def frame_strip(
 def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
     """A play script's usage errors (exit 2, naming the flag and value): the ``positive`` flags given
     and <= 0, ``--seed`` (where the script has one) outside the range every generator takes, a ``paths``
-    flag whose folder cannot be written (a missing one is made)."""
+    flag whose folder cannot be written. Nothing is made here: the writer makes a missing folder, so a
+    checkpoint refused after these checks leaves no empty folder behind."""
     from common.run.config import MAX_SEED, check_writable
     from common.run.errors import UsageError
 
@@ -155,9 +156,8 @@ def check_play_args(p, args, positive: tuple, paths: tuple) -> None:
         if path:
             try:
                 check_writable(os.path.dirname(os.path.abspath(path)), flag)
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            except (UsageError, OSError) as e:
-                p.error(f"{flag} {path!r} is unusable: {e}" if isinstance(e, OSError) else str(e))
+            except UsageError as e:
+                p.error(str(e))
 
 
 def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
