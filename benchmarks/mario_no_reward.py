@@ -49,6 +49,7 @@ PLAN = (
     ("rnd-beta0.001", 0),  # the amendment of 2026-12-05 (docs/mario_no_reward.md)
     ("rnd", 1),
     ("icm", 1),
+    ("rnd-beta0.001", 1),  # the second amendment: its repeat (docs/mario_no_reward.md)
 )
 METHODS = {
     "random": "random policy",

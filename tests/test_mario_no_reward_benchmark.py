@@ -23,12 +23,13 @@ def test_commands_of_the_plan():
     assert ppo[ppo.index("--num-global-steps") + 1] == "200000"
     rnd = bench.command("random", 0, "out")
     assert rnd[1].endswith("mario_no_reward.py") and rnd[rnd.index("--random-episodes") + 1] == "100"
-    assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 8
+    assert bench.PLAN[0] == ("random", 0) and len(bench.PLAN) == 9
     # the amendment: RND with a tenth of the recipe's entropy bonus, right after the seed-0 runs
     low = bench.command("rnd-beta0.001", 0, "out")
     assert low[low.index("--intrinsic") + 1] == "rnd" and low[low.index("--beta") + 1] == "0.001"
     assert low[low.index("--run-name") + 1] == "mario11_noreward_rnd-beta0.001_seed0"
     assert bench.PLAN.index(("rnd-beta0.001", 0)) == bench.PLAN.index(("snd-vic", 0)) + 1
+    assert bench.PLAN[-1] == ("rnd-beta0.001", 1)  # the second amendment: after the planned seed-1 runs
     assert "--beta" not in bench.command("rnd", 0, "out")
     assert bench.parse_runs("rnd-beta0.001:0") == (("rnd-beta0.001", 0),)
     from common.run.config import parse_config
