@@ -587,7 +587,9 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     p.add_argument("--results", default=suite.RESULTS, help="folder of the runs' summaries")
     p.add_argument("--docs", default=suite.DOCS, help="folder of the report")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
-    p.add_argument("--status", action="store_true", help="print each summary's status and stop")
+    p.add_argument(
+        "--status", action="store_true", help="print each summary's status and the planned runs still to do, and stop"
+    )
     p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
     p.add_argument("--state", default=suite.LANE_STATE, help="folder of packed resume state (restored when missing)")
     if add_arguments is not None:
@@ -609,6 +611,8 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     if args.status:
         for s in suite.load_summaries(args.results):
             print(f"{suite.summary_name(s)}: {s['status']}, {suite.describe(s)}")
+        todo = [run.name for run in plan if not run.done()]
+        print("to do, in order:", ", ".join(todo) if todo else "nothing: every planned run has finished")
         return 0
     if not args.report_only:
         failed = run_plan(plan, args.out, args.lanes, args.state, describe=suite.describe)

@@ -231,7 +231,8 @@ def summary_name(summary) -> str:
 def describe(summary) -> str:
     return (
         f"{summary['agent_steps']:,} steps, rooms {summary['rooms_reached']}, "
-        f"best score {summary['max_score']:g}, first 400 at {summary['first_step_score_400']}"
+        f"best score {summary['max_score']:g}, "
+        + (f"first 400 at {first:,} steps" if (first := summary["first_step_score_400"]) is not None else "never 400")
     )
 
 

@@ -126,3 +126,16 @@ def test_the_random_policy_plays_real_episodes(tmp_path):
     same = [json.loads(line) for line in open(again / "metrics.jsonl") if "x_pos" in line]
     assert [r["value"] for r in same] == x  # seeded: the same episode
     assert np.isfinite(x[0])
+
+
+def test_status_lists_the_planned_runs_still_to_do(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    committed = os.path.join(ROOT, "docs", "results", "mario_no_reward")
+    for name in ("mario11_noreward_random_seed0.json", "mario11_noreward_rnd_seed0.json"):
+        shutil.copy(os.path.join(committed, name), results / name)
+    assert bench.main(["--status", "--results", str(results), "--out", str(tmp_path / "runs")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("mario11_noreward_random_seed0: budget") and len(lines) == 3
+    todo = [bench.run_name(*key) for key in bench.PLAN if key not in (("random", 0), ("rnd", 0))]
+    assert lines[-1] == "to do, in order: " + ", ".join(todo)
