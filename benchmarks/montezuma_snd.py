@@ -18,7 +18,8 @@ that finds no folder for the run restores them and resumes there (fresh Adam mom
 a resumed run's segments show where).
 
 A run's summary ``docs/results/montezuma_snd/<run name>.json`` (curves per 65,536 agent steps, rooms,
-first steps with a score of 400 and with a second room, hours, segments) is rewritten at every new
+first steps with a score of 400 and with a second room, the policy's entropy and KL, the advantages and
+the intrinsic reward per bin, hours, segments) is rewritten at every new
 checkpoint while it runs (``"status": "running"``) and once more when it ends (``"budget"``).
 ``--report-only`` rebuilds the results block of ``docs/montezuma.md`` and ``docs/montezuma.png`` from the
 summaries alone. ``--heatmaps`` first draws, for every finished run whose final checkpoint is in
@@ -194,9 +195,30 @@ def summarize_run(out, method, seed, status) -> dict:
             "score": ev_score[order].tolist(),
             "rooms": ev_rooms[order].astype(int).tolist() if len(ev_rooms) else [],
         },
+        "training": training_facts(m, edges),
         "segments": lanes.read_segments(out, name),
         "command": [a.replace(ROOT + os.sep, "") for a in command(method, seed, "runs/montezuma_snd")[1:]],
         "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+#: what the update and the module did, per curve bin: summary key -> logged tag
+TRAINING_TAGS = {
+    "episode_length": "episode/length",
+    "entropy": "losses/entropy",
+    "approx_kl": "losses/approx_kl",
+    "advantage_std": tags.ADV_STD,
+    "advantage_int_mean": tags.ADV_INT,
+    "raw_intrinsic_mean": "intrinsic/raw_reward_mean",
+    "intrinsic_clipped_share": "intrinsic/clipped_share",
+}
+
+
+def training_facts(m, edges) -> dict:
+    """The means per curve bin of ``TRAINING_TAGS`` (None where a run did not log one), so what the docs
+    say of a run's policy, advantages and intrinsic reward can be checked against its committed summary."""
+    return {
+        key: lanes.binned(*m[tag], edges) if tag in m and len(m[tag][0]) else None for key, tag in TRAINING_TAGS.items()
     }
 
 

@@ -83,6 +83,9 @@ def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):
     run_dir = tmp_path / bench.run_name("rnd", 1)
     run_dir.mkdir()
     records = [{"tag": "perf/steps_per_sec", "step": 70_000, "value": 500.0}]
+    records += [
+        {"tag": "losses/entropy", "step": st, "value": v} for st, v in [(20_000, 2.8), (60_000, 2.6), (70_000, 2.5)]
+    ]
     for step, rooms, score, events in [(10_000, [1], 0, 0), (30_000, [1], 100, 1), (70_000, [0, 1, 4], 400, 2)]:
         records += [
             {"tag": "episode/rooms", "step": step, "value": float(len(rooms))},
@@ -96,6 +99,8 @@ def test_room_summary_reads_rooms_back_from_the_logged_masks(tmp_path):
     assert (s["first_step_key"], s["first_step_score_400"], s["first_step_second_room"]) == (30_000, 70_000, 70_000)
     assert s["curve"]["steps"] == [65_536, 131_072] and s["curve"]["episodes"] == [2, 1]
     assert s["curve"]["events"] == [0.5, 2.0] and s["curve"]["second_room_share"] == [0.0, 1.0]
+    # what the update did, per bin: the mean of what was logged in it; None for a tag never logged
+    assert s["training"]["entropy"] == [2.7, 2.5] and s["training"]["advantage_std"] is None
 
 
 def test_segments_table_pairs_each_start_with_its_own_end():
