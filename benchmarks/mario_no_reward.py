@@ -246,11 +246,12 @@ def markdown(summaries) -> str:
         "`docs/results/mario_no_reward/*.json`. Distance = x_pos where a training episode ended (sampled "
         "actions); the mean and its 95 % bootstrap interval are over the episodes of each run's last 10 % of agent "
         "steps (the random policy: all of its episodes). Hours are the logged wall time on the shared "
-        "2-core machine.",
+        "2-core machine. Entropy: the lowest and highest of the policy's mean entropy per 100,000 agent steps "
+        f"(uniform over the 12 actions: {np.log(12):.3f}).",
         "",
         "| method | seed | status | agent steps | hours | episodes | last 10 %: episodes | last 10 %: mean x_pos "
-        "| farthest x_pos | flags |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| farthest x_pos | flags | entropy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         mean = "-" if s["last_10pct_mean_x"] is None else f"{s['last_10pct_mean_x']:.0f}"
@@ -260,11 +261,16 @@ def markdown(summaries) -> str:
         lines.append(
             f"| {METHODS[s['method']]} | {s['seed']} | {s['status']} | {s['agent_steps']:,} | {hours} "
             f"| {s['training_episodes']} | {s['last_10pct_episodes']} | {mean} "
-            f"| {'-' if s['farthest_x'] is None else s['farthest_x']} | {s['flags']} |"
+            f"| {'-' if s['farthest_x'] is None else s['farthest_x']} | {s['flags']} | {_entropy_range(s)} |"
         )
     lines += ["", f"The ICM paper, 1-1 from scratch with no reward (A3C, 20 workers): mean distance {ICM_PAPER}."]
     lines += ["", *lanes.segments_table(summaries, summary_name)]
     return "\n".join(lines)
+
+
+def _entropy_range(summary) -> str:
+    entropy = [v for v in ((summary.get("policy") or {}).get("entropy") or []) if v is not None]
+    return f"{min(entropy):.2f}-{max(entropy):.2f}" if entropy else "-"
 
 
 def plot(summaries, path, level=None):

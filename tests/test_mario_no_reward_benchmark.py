@@ -72,13 +72,15 @@ def test_summary_says_how_far_the_policy_moved_from_uniform(tmp_path):
         ]
     with open(run / "metrics.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
-    policy = bench.summarize_run(str(tmp_path), "rnd", 0, "budget")["policy"]
+    summary = bench.summarize_run(str(tmp_path), "rnd", 0, "budget")
+    policy = summary["policy"]
     assert policy["bin"] == 100_000 and policy["entropy"] == [2.3, 1.9, 1.6]  # per (0, 100k], (100k, 200k], ...
     assert policy["advantage_std"] is None  # not logged by this run
     # the updates after 90 % of 250,000 agent steps: the last one only; actions in numeric order
     assert policy["action_share_last_10pct"] == {"0": 0.1, "1": 0.9, "10": 0.0}
     assert list(policy["action_share_last_10pct"]) == ["0", "1", "10"]
     assert policy["approx_kl_median_second_half"] == 0.3  # the updates after 125,000 steps: 0.2, 0.3, 0.4
+    assert bench.markdown([summary]).split("\n")[4].endswith("| 0 | 1.60-2.30 |")  # flags, entropy's range
 
 
 def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(tmp_path):
