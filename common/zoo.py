@@ -103,9 +103,11 @@ def export(
     is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.envs.video.gif_from_mp4``).
     ``commit`` is the one the agent was trained from (default: this checkout's)."""
     from common.run.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+    from common.run.device import set_device
     from common.run.runtime import code_commit
 
     spec = games.spec_of(game)
+    set_device("cpu")  # the weights only pass through: no GPU context for them on a paddlepaddle-gpu machine
     state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
     check_compatible(state, spec.name, {}, checkpoint)
     path = os.path.join(zoo, name + ".pdparams")
