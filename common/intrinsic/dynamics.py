@@ -23,6 +23,7 @@ from common.intrinsic.inputs import CHUNK, NormalizedInputModule, checked_step, 
 from common.intrinsic.networks import param_attrs
 from common.optim import adam
 from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
+from common.run.device import host_floats
 from common.run.distributed import NO_SYNC
 
 #: hidden units of the inverse and forward models (ICM paper: one hidden layer of 256)
@@ -161,7 +162,8 @@ class InverseDynamicsModule(NormalizedInputModule):
         total, terms = self.losses(phi_now, phi_next, actions, inverse_loss(logits, actions))
         # a non-finite loss (on any rank) is reported by the trainer, never applied
         finite = np.isfinite(checked_step(total, self.opt, self.nets.parameters(), self.grad_sync))
-        return {f"{self.name}_{k}": float(v) if finite else float("nan") for k, v in terms.items()}
+        values = host_floats(terms.values()) if finite else [float("nan")] * len(terms)
+        return {f"{self.name}_{k}": v for k, v in zip(terms, values)}
 
     # ---- checkpointing --------------------------------------------------------------
     def state_dict(self) -> dict:

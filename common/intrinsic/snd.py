@@ -36,6 +36,7 @@ from common.intrinsic.networks import param_attrs
 from common.intrinsic.registry import register
 from common.intrinsic.rnd import DistillationModule
 from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
+from common.run.device import host_floats
 
 # SND-V: the magnitude regularizer only acts above this mean squared feature size
 # (authors' SNDVEncoderAtari.loss_function: relu(magnitude - 200)).
@@ -301,7 +302,8 @@ class _SNDBase(DistillationModule):
 
     def update(self, batch: dict) -> dict:
         total, terms = self._target_loss(self._target_share(batch))
-        finite = total is None or bool(np.isfinite(float(total)))
+        values = None if total is None else host_floats([total, *terms.values()])
+        finite = values is None or bool(np.isfinite(values[0]))
         self.target_opt.clear_grad()
         if total is not None and finite:
             total.backward()
@@ -315,7 +317,7 @@ class _SNDBase(DistillationModule):
         elif total is None:  # no usable pairs here: report zeros
             out = {"snd_target": 0.0, **{f"snd_target/{k}": 0.0 for k in self.TERMS}}
         else:
-            out = {"snd_target": float(total), **{f"snd_target/{k}": float(v) for k, v in terms.items()}}
+            out = {"snd_target": values[0], **{f"snd_target/{k}": v for k, v in zip(terms, values[1:])}}
         return {"forward": self.distill(batch[self.distil_key]), **out}
 
     def _valid_pairs(self, batch: dict):

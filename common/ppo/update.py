@@ -20,6 +20,7 @@ import paddle.nn.functional as F
 
 from common import cpu
 from common.optim import adam
+from common.run.device import host_floats
 from common.run.distributed import NO_SYNC
 
 
@@ -111,8 +112,7 @@ class PPO:
         in one process it only passes the finiteness on).
         """
         total, terms = self.loss(batch)
-        # the loss and its terms to the host in one copy: on a GPU each float() would be a sync of its own
-        values = paddle.stack([total.detach(), *(t.detach() for t in terms.values())]).numpy().tolist()
+        values = host_floats([total, *terms.values()])
         total_value = values[0]
         finite = bool(np.isfinite(total_value))
         self.optimizer.clear_grad()

@@ -35,6 +35,14 @@ def set_device(device: str) -> str:
     return device
 
 
+def host_floats(tensors) -> list[float]:
+    """The values of 0-D (or one-element) float tensors as Python floats, copied to the host in one
+    transfer: on a GPU each ``float(t)`` would wait for the device on its own."""
+    import paddle
+
+    return paddle.stack([t.detach().reshape([]).astype("float32") for t in tensors]).numpy().tolist()
+
+
 #: the flags that tune only the CPU speed paths (``common.cpu``)
 CPU_ONLY_FLAGS = ("num_threads", "inference")
 
