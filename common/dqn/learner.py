@@ -39,6 +39,7 @@ from common import cpu
 from common.nets import Net
 from common.optim import adam
 from common.run.checkpoint import load_weights, optimizer_state, set_optimizer_state
+from common.run.device import host_floats
 
 #: (out_channels, kernel, stride) of the DQN image block
 DQN_BLOCK = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -255,12 +256,13 @@ class DoubleDQN:
         A non-finite loss is not applied (returned as is; the caller counts it), and
         ``train_count`` does not advance.
         """
-        y = paddle.to_tensor(self.targets(rewards, terminals, next_obs))
+        targets = self.targets(rewards, terminals, next_obs)  # float32[B], made on the host
+        y = paddle.to_tensor(targets)
         q = self.q_net(to_float(obs))
         q_a = paddle.take_along_axis(q, paddle.to_tensor(np.asarray(actions, np.int64)[:, None]), axis=1)[:, 0]
         loss = F.smooth_l1_loss(q_a, y, reduction="mean", delta=self.huber_delta)  # = Huber(delta), mean
-        value = float(loss)
-        out = {"q": value, "q_mean": float(q_a.mean()), "target_mean": float(y.mean()), "synced": 0.0}
+        value, q_mean = host_floats([loss, q_a.mean()])
+        out = {"q": value, "q_mean": q_mean, "target_mean": float(targets.mean()), "synced": 0.0}
         self.optimizer.clear_grad()
         if not np.isfinite(value):
             return out
