@@ -222,6 +222,13 @@ def binned(steps, values, edges):
     return out
 
 
+def binned_tag(metrics, tag, edges):
+    """``binned`` of one logged tag of ``metrics`` (``read_metrics``), or None when the run never logged it."""
+    if tag not in metrics or not len(metrics[tag][0]):
+        return None
+    return binned(*metrics[tag], edges)
+
+
 def logged_seconds(rate_steps, rate, upto=None) -> float | None:
     """Wall seconds of a run from its logged steps/s: the sum over log intervals of steps / rate, up to
     step ``upto`` (default: all); None if nothing was logged.

@@ -180,10 +180,6 @@ def policy_facts(m, steps) -> dict:
     empty = (np.zeros(0), np.zeros(0))
     edges = np.arange(0, steps + POLICY_BIN, POLICY_BIN)
 
-    def per_bin(tag):
-        s, v = m.get(tag, empty)
-        return lanes.binned(s, v, edges) if len(s) else None
-
     prefix = tags.ACTION_SHARE + "/"
     late = {}
     for action in sorted((t[len(prefix) :] for t in m if t.startswith(prefix)), key=lambda a: (len(a), a)):
@@ -194,8 +190,8 @@ def policy_facts(m, steps) -> dict:
     second = kl[kl_s > steps / 2]
     return {
         "bin": POLICY_BIN,
-        "entropy": per_bin("losses/entropy"),
-        "advantage_std": per_bin(tags.ADV_STD),
+        "entropy": lanes.binned_tag(m, "losses/entropy", edges),
+        "advantage_std": lanes.binned_tag(m, tags.ADV_STD, edges),
         "action_share_last_10pct": late,
         "approx_kl_median_second_half": round(float(np.median(second)), 6) if len(second) else None,
     }

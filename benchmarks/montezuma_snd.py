@@ -217,9 +217,7 @@ TRAINING_TAGS = {
 def training_facts(m, edges) -> dict:
     """The means per curve bin of ``TRAINING_TAGS`` (None where a run did not log one), so what the docs
     say of a run's policy, advantages and intrinsic reward can be checked against its committed summary."""
-    return {
-        key: lanes.binned(*m[tag], edges) if tag in m and len(m[tag][0]) else None for key, tag in TRAINING_TAGS.items()
-    }
+    return {key: lanes.binned_tag(m, tag, edges) for key, tag in TRAINING_TAGS.items()}
 
 
 def summary_path(results, method, seed):
