@@ -481,8 +481,8 @@ def _is_quantized(value) -> bool:
 
 
 def slim_checkpoint(src, dst) -> str:
-    """Write a small copy of checkpoint ``src`` to ``dst``: float32 arrays as float16, an intrinsic
-    module's large matrices as int8 per column (``QUANTIZE_MIN_ENTRIES``), no optimizer moments (a run
+    """Write a small copy of checkpoint ``src`` to ``dst``: float32 arrays as float16, large matrices
+    (the policy's or the intrinsic module's) as int8 per column (``QUANTIZE_MIN_ENTRIES``), no optimizer moments (a run
     resumed from it starts fresh Adam moments, which the trainer does for an empty optimizer entry).
     What a lane commits to continue a run elsewhere."""
     from common.run.checkpoint import save_checkpoint
@@ -497,7 +497,7 @@ def slim_checkpoint(src, dst) -> str:
         return half(leaf)
 
     state = _drop_optimizers(_read_checkpoint(src))
-    state = {k: _map_state(v, small if k == "intrinsic" else half) for k, v in state.items()}
+    state = {k: _map_state(v, small) for k, v in state.items()}
     return save_checkpoint(dst, state)
 
 

@@ -12,7 +12,7 @@ Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --
 a checkpoint every 10 updates (~6-12 minutes here). Runs go one after the other. A run cut short
 continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
-float16 weights, the intrinsic module's large matrices int8, no optimizer moments), with its config,
+float16 weights, the large matrices int8, no optimizer moments), with its config,
 metrics and segments into ``benchmarks/lane_state/montezuma_snd/`` to be committed; a later invocation
 that finds no folder for the run restores them and resumes there (fresh Adam moments, rounded weights:
 a resumed run's segments show where).

@@ -174,6 +174,7 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     legacy.update(policy={"w": paddle.to_tensor(weights)}, optimizer={"m": paddle.to_tensor(weights)})
     big = np.random.default_rng(0).standard_normal((1024, lanes.QUANTIZE_MIN_ENTRIES // 1024)).astype(np.float32)
     legacy["intrinsic"] = {"target": {"fc.weight": paddle.to_tensor(big), "fc.bias": paddle.to_tensor(weights)}}
+    legacy["policy"]["head.weight"] = paddle.to_tensor(big)  # the SND authors' actor-critic has one this large
     paddle.save(legacy, os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
     lanes.segment_event(out, name, event="start", commit="abc", resume_update=0)
     argv = ["--pack-state", "--out", out, "--results", results, "--state", state]
@@ -181,7 +182,8 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     assert sorted(os.listdir(os.path.join(state, name, "models"))) == ["mario_1_1_4.pdparams"]
     packed = load_checkpoint(os.path.join(state, name, "models", "mario_1_1_4.pdparams"))
     assert np.asarray(packed["intrinsic"]["target"]["fc.weight"]["int8_columns"]).dtype == np.int8
-    assert np.asarray(packed["policy"]["w"]).dtype == np.float16  # the policy is never quantized
+    assert np.asarray(packed["policy"]["w"]).dtype == np.float16  # a small array: only rounded
+    assert np.asarray(packed["policy"]["head.weight"]["int8_columns"]).dtype == np.int8
     fresh = str(tmp_path / "fresh")
     os.makedirs(fresh)
     assert lanes.restore_state(fresh, state) == [name]
@@ -194,6 +196,7 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     assert back.dtype == np.float32 and back.shape == big.shape
     step = np.abs(big).max(axis=0) / 127  # one int8 step per column
     assert np.all(np.abs(back - big) <= step / 2 + 1e-6) and np.abs(back - big).max() > 0
+    np.testing.assert_array_equal(np.asarray(restored["policy"]["head.weight"]), back)  # the same rounding
     assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
     assert lanes.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     os.makedirs(results)
