@@ -835,11 +835,11 @@ def test_zoo_export_refuses_bad_input_before_writing_anything(tmp_path, capsys):
     "the report page is not rewritten (it would have been emptied)",
 )
 def test_a_suite_refuses_bad_input_before_anything_runs_or_is_written(tmp_path, capsys):
+    """lanes.suite_main: a misspelt flag of the suite is not passed on to the trainer (which would start the
+    plan), and the report is not rebuilt from a folder that is not there (it would empty the page)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import mario_no_reward as bench
 
-    """lanes.suite_main: a misspelt flag of the suite is not passed on to the trainer (which would start the
-    plan), and the report is not rebuilt from a folder that is not there (it would empty the page)."""
     page = tmp_path / "docs" / "mario_no_reward.md"
     page.parent.mkdir()
     shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), page)
