@@ -60,7 +60,10 @@ def test_the_run_flags_have_one_help_text_for_both_loops(cls):
         base = field_meta(RunConfig, f.name)["help"]
         assert field_meta(cls, f.name)["help"].startswith(base), f.name
     assert "replay memory" in field_meta(DQNConfig, "resume")["help"]  # the DQN loop's note, appended
-    assert "--seed" in build_parser(cls).format_help()
+    text = " ".join(build_parser(cls).format_help().split())
+    assert "--seed" in text
+    # an empty default is not shown: the help says what empty means, in words
+    assert "(default: game, settings, seed and time)" in text and "(default: )" not in text
 
 
 def test_run_config_checks_name_the_flag():
