@@ -482,23 +482,20 @@ def _is_quantized(value) -> bool:
 
 def slim_checkpoint(src, dst) -> str:
     """Write a small copy of checkpoint ``src`` to ``dst``: float32 arrays as float16, large matrices
-    (the policy's or the intrinsic module's) as int8 per column (``QUANTIZE_MIN_ENTRIES``), no optimizer moments (a run
-    resumed from it starts fresh Adam moments, which the trainer does for an empty optimizer entry).
+    (the policy's or the intrinsic module's) as int8 per column (``QUANTIZE_MIN_ENTRIES``), no optimizer
+    moments (a run resumed from it starts fresh Adam moments, which the trainer does for an empty
+    optimizer entry).
     What a lane commits to continue a run elsewhere."""
     from common.run.checkpoint import save_checkpoint
 
-    def half(leaf):
-        return leaf.astype(np.float16) if isinstance(leaf, np.ndarray) and leaf.dtype == np.float32 else leaf
-
     def small(leaf):
-        if isinstance(leaf, np.ndarray) and leaf.dtype == np.float32 and leaf.ndim == 2:
-            if leaf.size >= QUANTIZE_MIN_ENTRIES:
-                return _quantize(leaf)
-        return half(leaf)
+        if not (isinstance(leaf, np.ndarray) and leaf.dtype == np.float32):
+            return leaf
+        if leaf.ndim == 2 and leaf.size >= QUANTIZE_MIN_ENTRIES:
+            return _quantize(leaf)
+        return leaf.astype(np.float16)
 
-    state = _drop_optimizers(_read_checkpoint(src))
-    state = {k: _map_state(v, small) for k, v in state.items()}
-    return save_checkpoint(dst, state)
+    return save_checkpoint(dst, _map_state(_drop_optimizers(_read_checkpoint(src)), small))
 
 
 def unslim_checkpoint(src, dst) -> str:

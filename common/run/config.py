@@ -238,11 +238,11 @@ class RunConfig:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after each flag, except an empty one (its help says what empty means) and one the help
-    already states in words; the description and the recipes' epilog keep their line breaks."""
+    """Defaults shown after each flag, except an empty one (its help says what empty means, in words); the
+    description and the recipes' epilog keep their line breaks."""
 
     def _get_help_string(self, action):
-        if action.default == "" or "(default:" in (action.help or ""):
+        if action.default == "":
             return action.help
         return super()._get_help_string(action)
 
