@@ -57,17 +57,39 @@ CARD_SETTINGS = (
 )
 
 
-def weights_only(state: dict) -> dict:
+def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dict:
     """The parts of a training checkpoint ``state`` that playing and plotting need (``KEPT``), with the
     intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
-    The module's sampling generator state stays: a few hundred bytes that ``set_state_dict`` expects."""
-    out = {k: state[k] for k in KEPT if k in state}
-    intrinsic = dict(out.get("intrinsic") or {})
-    for key in [k for k in intrinsic if k.endswith("_opt")]:
-        intrinsic[key] = {}
-    out["intrinsic"] = intrinsic
+    The module's sampling generator state stays: a few hundred bytes that ``set_state_dict`` expects.
+
+    ``half``: the policy's float32 weights stored as float16 (half their bytes; ``widen`` casts them back
+    when the file is played, the rounding stays). ``intrinsic=False``: the intrinsic module left out (the
+    agent plays; drawing its novelty then needs the training checkpoint). Both are for agents whose
+    networks exceed ``MAX_BYTES`` otherwise (the SND authors' Montezuma networks: 33 MB for the policy)."""
+    out = {k: state[k] for k in KEPT if k in state and (intrinsic or k != "intrinsic")}
+    if intrinsic:
+        module = dict(out.get("intrinsic") or {})
+        for key in [k for k in module if k.endswith("_opt")]:
+            module[key] = {}
+        out["intrinsic"] = module
+    if half:
+        out["policy"] = {k: _cast(v, "float32", "float16") for k, v in out["policy"].items()}
+        out["half"] = 1
     out["zoo"] = 1
     return out
+
+
+def _cast(value, src: str, dst: str):
+    """``value`` (a tensor or array) as ``dst`` if its dtype is ``src``; else unchanged."""
+    return value.astype(dst) if str(value.dtype).replace("paddle.", "") == src else value
+
+
+def widen(state: dict) -> dict:
+    """A loaded checkpoint with a zoo file's float16 policy (``weights_only(half=True)``) cast back to
+    float32, the dtype of the network it is loaded into; any other checkpoint unchanged."""
+    if type(state.get("half")) is not int or not state["half"] or not isinstance(state.get("policy"), dict):
+        return state
+    return {**state, "policy": {k: _cast(v, "float16", "float32") for k, v in state["policy"].items()}}
 
 
 def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:
@@ -97,11 +119,14 @@ def export(
     gif: bool = False,
     policy: str = "greedy",
     commit: str = "",
+    half: bool = False,
+    intrinsic: bool = True,
 ) -> dict:
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
     checkpoint of ``game``; returns the card. The card's episode (``policy`` greedy or sample, ``seed``)
     is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.envs.video.gif_from_mp4``).
-    ``commit`` is the one the agent was trained from (default: this checkout's)."""
+    ``commit`` is the one the agent was trained from (default: this checkout's). ``half`` and ``intrinsic``:
+    ``weights_only``'s; the card says what the file holds (``weights``)."""
     from common.run.checkpoint import check_compatible, load_checkpoint, save_checkpoint
     from common.run.device import set_device
     from common.run.runtime import code_commit
@@ -111,7 +136,7 @@ def export(
     state = load_checkpoint(checkpoint, required=("policy", "config"), game=spec.name)
     check_compatible(state, spec.name, {}, checkpoint)
     path = os.path.join(zoo, name + ".pdparams")
-    save_checkpoint(path, weights_only(state))
+    save_checkpoint(path, weights_only(state, half, intrinsic))
     size = os.path.getsize(path)
     if size > MAX_BYTES:
         os.remove(path)
@@ -130,6 +155,8 @@ def export(
         "level": spec.level_name(cfg),
         "file": os.path.basename(path),
         "megabytes": round(size / 2**20, 2),
+        "weights": ("policy in float16" if half else "policy")
+        + (", intrinsic module" if intrinsic and "intrinsic" in state else ""),
         "settings": {k: state["config"][k] for k in CARD_SETTINGS if k in state["config"]},
         "agent_steps": int(state.get("global_step", state.get("env_steps", 0))),
         "updates": int(state["update"]) if "update" in state else None,
@@ -273,6 +300,16 @@ def main(argv=None):
         choices=("greedy", "sample"),
         help="how the card's episode is played (play.py --policy): greedy, or sampled with --seed",
     )
+    e.add_argument(
+        "--half",
+        action="store_true",
+        help="store the policy's weights as float16 (half the bytes; the card's episode is played from the file)",
+    )
+    e.add_argument(
+        "--no-intrinsic",
+        action="store_true",
+        help="leave the intrinsic module out (the agent plays; play.py --plot then needs the training checkpoint)",
+    )
     sub.add_parser("table", help="rewrite the zoo table in README.md, README_cn.md and zoo/README.md from the cards")
     args = p.parse_args(argv)
     if args.command == "table":
@@ -314,6 +351,8 @@ def main(argv=None):
             args.gif,
             args.policy,
             args.commit,
+            args.half,
+            not args.no_intrinsic,
         )
     except CheckpointError as e:  # one line naming the file, as every loader's refusal
         print(f"error: {e}", file=sys.stderr)

@@ -64,6 +64,34 @@ def test_export_writes_weights_only_and_a_measured_card(tmp_path):
     with pytest.raises(CheckpointError, match="incomplete"):
         Trainer(SPEC, GridConfig(log_path=str(tmp_path), run_name="resumed", resume=str(path)))
     assert np.isfinite(card["episode"]["return"])
+    assert card["weights"] == "policy, intrinsic module"
+
+    small = zoo.export("gridworld", result["checkpoint"], "half", zoo=str(tmp_path), half=True, intrinsic=False)
+    state = load_checkpoint(str(tmp_path / "half.pdparams"))
+    assert "intrinsic" not in state and small["weights"] == "policy in float16"
+    assert {str(v.dtype) for v in state["policy"].values()} == {"paddle.float16"}
+    assert zoo.card_result(zoo.play_once("gridworld", str(tmp_path / "half.pdparams"), 0)) == {
+        k: v for k, v in small["episode"].items() if k not in ("seed", "policy")
+    }
+
+
+def test_a_half_zoo_file_widens_to_the_rounded_float32_weights():
+    import paddle
+
+    weights = {"fc.weight": paddle.to_tensor(np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4) / 3)}
+    state = {"config": {}, "update": 1, "policy": weights, "intrinsic": {"predictor_opt": {"m": 1}}}
+    small = zoo.weights_only(state, half=True, intrinsic=False)
+    assert small["half"] == 1 and "intrinsic" not in small and small["policy"]["fc.weight"].dtype == paddle.float16
+    wide = zoo.widen(small)["policy"]["fc.weight"]
+    assert wide.dtype == paddle.float32
+    rounded = weights["fc.weight"].numpy().astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(wide.numpy(), rounded)
+    assert 0 < np.abs(rounded - weights["fc.weight"].numpy()).max() < 1e-3  # rounded, and only just
+    assert zoo.widen(state) is state  # a float32 checkpoint: as it is
+    odd = {**small, "half": paddle.to_tensor([1, 1])}  # a careless file: no tensor truth value is asked
+    assert zoo.widen(odd) is odd
+    kept = zoo.weights_only(state)
+    assert kept["intrinsic"]["predictor_opt"] == {} and kept["policy"]["fc.weight"].dtype == paddle.float32
 
 
 def test_the_readmes_show_the_zoo_as_its_cards_say():

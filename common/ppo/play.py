@@ -167,9 +167,10 @@ def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
 
     set_device(device)  # first: it imports Paddle quietly, and the checkpoint's tensors are made on this device
     from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
+    from common.zoo import widen
 
     try:
-        state = load_checkpoint(checkpoint, required=required, game=spec.name)
+        state = widen(load_checkpoint(checkpoint, required=required, game=spec.name))  # a float16 zoo file
         cfg = spec.config_cls.from_dict(state["config"])
         try:  # the train script's own checks: a careless config (world 9, a negative max_actions) is named
             cfg.validate()
