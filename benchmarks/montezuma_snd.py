@@ -57,6 +57,7 @@ PLAN = (
     ("rnd", 0),
     ("snd-vic-authors", 0),  # the amendment of 2026-12-04 (docs/montezuma.md)
     ("snd-vic-authors-policy", 0),  # the second amendment, 2026-12-05
+    ("snd-vic-authors-policy", 1),  # the third amendment, 2026-12-05
     ("snd-vic", 1),
     ("rnd", 1),
     ("snd-std", 1),

@@ -62,10 +62,10 @@ def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dic
     intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
     The module's sampling generator state stays: a few hundred bytes that ``set_state_dict`` expects.
 
-    ``half``: the policy's float32 weights stored as float16 (half their bytes; ``widen`` casts them back
-    when the file is played, the rounding stays). ``intrinsic=False``: the intrinsic module left out (the
-    agent plays; drawing its novelty then needs the training checkpoint). Both are for agents whose
-    networks exceed ``MAX_BYTES`` otherwise (the SND authors' Montezuma networks: 33 MB for the policy)."""
+    ``half``: the policy's float32 weights stored as float16 (half their bytes; loading widens them back,
+    ``common.run.checkpoint.widen``; the rounding stays). ``intrinsic=False``: the intrinsic module left
+    out (the agent plays; drawing its novelty then needs the training checkpoint). Both are for agents
+    whose networks exceed ``MAX_BYTES`` otherwise (the SND authors' Montezuma policy network: 33 MB)."""
     out = {k: state[k] for k in KEPT if k in state and (intrinsic or k != "intrinsic")}
     if intrinsic:
         module = dict(out.get("intrinsic") or {})
@@ -73,23 +73,12 @@ def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dic
             module[key] = {}
         out["intrinsic"] = module
     if half:
-        out["policy"] = {k: _cast(v, "float32", "float16") for k, v in out["policy"].items()}
+        from common.run.checkpoint import cast
+
+        out["policy"] = {k: cast(v, "float32", "float16") for k, v in out["policy"].items()}
         out["half"] = 1
     out["zoo"] = 1
     return out
-
-
-def _cast(value, src: str, dst: str):
-    """``value`` (a tensor or array) as ``dst`` if its dtype is ``src``; else unchanged."""
-    return value.astype(dst) if str(value.dtype).replace("paddle.", "") == src else value
-
-
-def widen(state: dict) -> dict:
-    """A loaded checkpoint with a zoo file's float16 policy (``weights_only(half=True)``) cast back to
-    float32, the dtype of the network it is loaded into; any other checkpoint unchanged."""
-    if type(state.get("half")) is not int or not state["half"] or not isinstance(state.get("policy"), dict):
-        return state
-    return {**state, "policy": {k: _cast(v, "float16", "float32") for k, v in state["policy"].items()}}
 
 
 def play_once(game: str, path: str, seed: int = 0, output: str = "", policy: str = "greedy") -> dict:

@@ -78,18 +78,20 @@ def test_export_writes_weights_only_and_a_measured_card(tmp_path):
 def test_a_half_zoo_file_widens_to_the_rounded_float32_weights():
     import paddle
 
+    from common.run.checkpoint import widen
+
     weights = {"fc.weight": paddle.to_tensor(np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4) / 3)}
     state = {"config": {}, "update": 1, "policy": weights, "intrinsic": {"predictor_opt": {"m": 1}}}
     small = zoo.weights_only(state, half=True, intrinsic=False)
     assert small["half"] == 1 and "intrinsic" not in small and small["policy"]["fc.weight"].dtype == paddle.float16
-    wide = zoo.widen(small)["policy"]["fc.weight"]
+    wide = widen(small)["policy"]["fc.weight"]
     assert wide.dtype == paddle.float32
     rounded = weights["fc.weight"].numpy().astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(wide.numpy(), rounded)
     assert 0 < np.abs(rounded - weights["fc.weight"].numpy()).max() < 1e-3  # rounded, and only just
-    assert zoo.widen(state) is state  # a float32 checkpoint: as it is
+    assert widen(state) is state  # a float32 checkpoint: as it is
     odd = {**small, "half": paddle.to_tensor([1, 1])}  # a careless file: no tensor truth value is asked
-    assert zoo.widen(odd) is odd
+    assert widen(odd) is odd
     kept = zoo.weights_only(state)
     assert kept["intrinsic"]["predictor_opt"] == {} and kept["policy"]["fc.weight"].dtype == paddle.float32
 

@@ -166,8 +166,7 @@ def load_policy(spec, checkpoint: str, device: str, required=("policy",)):
     from common.run.device import set_device
 
     set_device(device)  # first: it imports Paddle quietly, and the checkpoint's tensors are made on this device
-    from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights
-    from common.zoo import widen
+    from common.run.checkpoint import CheckpointError, check_compatible, load_checkpoint, load_weights, widen
 
     try:
         state = widen(load_checkpoint(checkpoint, required=required, game=spec.name))  # a float16 zoo file

@@ -201,6 +201,20 @@ def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
     return raw
 
 
+def cast(value, src: str, dst: str):
+    """``value`` (a tensor or array) as dtype ``dst`` if its dtype is ``src``; else unchanged."""
+    return value.astype(dst) if str(value.dtype).replace("paddle.", "") == src else value
+
+
+def widen(state: dict) -> dict:
+    """A loaded checkpoint whose policy was stored as float16 (a zoo file, ``common.zoo.weights_only``
+    with ``half``: entry ``half`` 1) with that policy cast back to float32, the dtype of the network it
+    is loaded into; any other checkpoint unchanged."""
+    if type(state.get("half")) is not int or not state["half"] or not isinstance(state.get("policy"), dict):
+        return state
+    return {**state, "policy": {k: cast(v, "float16", "float32") for k, v in state["policy"].items()}}
+
+
 def load_weights(layer, weights, what: str) -> None:
     """``layer.set_state_dict(weights)`` after checking that ``weights`` has exactly the layer's entries,
     each a tensor of the parameter's shape and dtype. Paddle itself only warns ("Skip loading") and
