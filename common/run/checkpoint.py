@@ -202,8 +202,14 @@ def load_checkpoint(path: str, required=(), game: str | None = None) -> dict:
 
 
 def cast(value, src: str, dst: str):
-    """``value`` (a tensor or array) as dtype ``dst`` if its dtype is ``src``; else unchanged."""
-    return value.astype(dst) if str(value.dtype).replace("paddle.", "") == src else value
+    """``value`` (a tensor or array) as dtype ``dst`` if its dtype is ``src``; else unchanged. Cast by numpy
+    (IEEE round to nearest even), the same on every Paddle: Paddle 2.6's own float16 cast rounds some
+    values one step the other way."""
+    if str(value.dtype).replace("paddle.", "") != src:
+        return value
+    if isinstance(value, paddle.Tensor):
+        return paddle.to_tensor(value.numpy().astype(dst))
+    return value.astype(dst)
 
 
 def widen(state: dict) -> dict:
