@@ -118,3 +118,27 @@ def test_frame_strip_is_a_grid_of_moments():
     gray = frame_strip(stacks)
     assert gray.shape == (2 * 84 + 2, 4 * 84 + 3 * 2)
     np.testing.assert_array_equal(gray[86:, :84], stacks[22, -1])  # the 5th of 8 evenly spaced stacks
+
+
+def test_play_episodes_are_the_single_seed_episodes_and_summed_up(montezuma_run, tmp_path, capsys):
+    """``--episodes 3``: the episodes of seeds 0, 1, 2, each as ``--seed k`` alone plays it, then their summary."""
+    from montezuma.play import main
+
+    ckpt = montezuma_run[1]["checkpoint"]
+    common = ["--checkpoint", ckpt, "--policy", "sample", "--max-steps", "30", "--output", str(tmp_path / "a.mp4")]
+    result = main(common + ["--episodes", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [e["steps"] for e in result["episodes"]] and result["episodes"][0] is result
+    for seed in (1, 2):
+        alone = main(common + ["--seed", str(seed)])
+        assert {k: alone[k] for k in result["episodes"][seed]} == result["episodes"][seed]
+    steps = [e["steps"] for e in result["episodes"]]
+    assert lines[1].startswith("  seed 1: return") and "3 episodes (seeds 0-2, sample)" in lines[3]
+    assert f"steps mean {sum(steps) / 3:.4g} max {max(steps)}" in lines[3]
+    for bad, what in (
+        (["--episodes", "0"], "--episodes 0 is invalid"),
+        (["--seed", "2147483647", "--episodes", "2"], "last seed"),
+    ):
+        with pytest.raises(SystemExit):
+            main(common + bad)
+        assert what in capsys.readouterr().err

@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+from common.run.config import MAX_SEED
+
 RGB_KEEP = 8  # moments shown in the eval/frames image
 STRIP_ROWS = 2  # ... laid out in 2 rows of 4, so each moment stays readable in VisualDL's image card
 #: screens kept (up to twice as many) when the frames at the intrinsic reward's peaks are wanted:
@@ -225,12 +227,21 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
         help="also draw the intrinsic reward of every step of the episode, with the frames at its highest "
         "peaks, to this PNG (the values go to the same name with .npz); needs a run with an intrinsic module",
     )
-    positive, paths = ("max_actions", "max_steps"), ("output", "plot")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=1,
+        help="episodes to play, with seeds --seed, --seed + 1, ...: the first is recorded (the mp4, --plot and "
+        "the game's pictures), every one is printed, then the mean and the largest of each number",
+    )
+    positive, paths = ("max_actions", "max_steps", "episodes"), ("output", "plot")
     if add_arguments is not None:
         more_positive, more_paths = add_arguments(p) or ((), ())
         positive, paths = positive + tuple(more_positive), paths + tuple(more_paths)
     args = p.parse_args(argv)
     check_play_args(p, args, positive, paths)
+    if args.episodes > 1 and args.seed + args.episodes - 1 > MAX_SEED:
+        p.error(f"--episodes {args.episodes} is invalid with --seed {args.seed}: its last seed would pass {MAX_SEED}")
     state, cfg, policy = load_policy(spec, args.checkpoint, args.device, required=("policy", "update"))
     output = args.output or os.path.splitext(args.checkpoint)[0] + ".mp4"
     plot = args.plot and _can_plot(cfg, state)
@@ -256,10 +267,42 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
         result["plot"] = plot_along_episode(spec, cfg, state, stacks, actions, screens, args.plot)
     if after is not None:
         result.update(after(args, state, {**result, "info": info}, cfg=cfg, policy=policy))
-    print(
-        f"{spec.name} {spec.level_name(cfg)} (update {state['update']}): "
-        + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
-    )
+    title = f"{spec.name} {spec.level_name(cfg)} (update {state['update']})"
+    print(f"{title}: {_line(result)}")
+    if args.episodes > 1:
+        result["episodes"] = [result] + [
+            _episode_result(spec, cfg, policy, args, seed) for seed in range(args.seed + 1, args.seed + args.episodes)
+        ]
+        numbers = [k for k, v in result["episodes"][1].items() if isinstance(v, (int, float))]  # not --heatmap's
+        table = {k: [float(e[k]) for e in result["episodes"]] for k in numbers}
+        print(
+            f"{title}, {args.episodes} episodes (seeds {args.seed}-{args.seed + args.episodes - 1}, {args.policy}): "
+            + ", ".join(f"{k} mean {np.mean(v):.4g} max {max(v):.4g}" for k, v in table.items())
+        )
+    return result
+
+
+def _line(result: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+
+
+def _episode_result(spec, cfg, policy, args, seed: int) -> dict:
+    """One more episode of ``play --episodes``, unrecorded, in a fresh env (as if played with ``--seed seed``
+    alone); printed and returned."""
+    env = spec.env_factory(cfg, None)()
+    try:
+        _, ret, steps, info = greedy_episode(
+            policy,
+            env,
+            seed,
+            args.max_actions or cfg.max_actions,
+            args.max_steps or cfg.max_eval_steps,
+            sample_rng=np.random.default_rng(seed) if args.policy == "sample" else None,
+        )
+    finally:
+        env.close()
+    result = {"return": float(ret), "steps": steps, **spec.episode_metrics(info)}
+    print(f"  seed {seed}: {_line(result)}")
     return result
 
 
