@@ -100,12 +100,6 @@ def command(level, method, seed, out, resume=None, threads=0, extra=()):
     return argv + (["--resume", resume] if resume else [])
 
 
-# ---------------------------------------------------------------------------------- resuming
-def resume_point(run_dir, level):
-    """(newest numbered checkpoint, its update), or (None, 0); the metrics after it are cut."""
-    return lanes.resume_ppo_run(run_dir, checkpoint_prefix(level))
-
-
 # ---------------------------------------------------------------------------------- summaries
 def summarize_run(out, level, method, seed, status) -> dict:
     """A run's summary from its folder: curves, first greedy flag, hours, segments."""

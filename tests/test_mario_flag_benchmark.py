@@ -47,11 +47,11 @@ def _run_folder(out, updates=5, flag_at=None, torn=True):
     return run_dir
 
 
-def test_resume_point_cuts_each_tag_at_the_checkpoint(tmp_path):
+def test_a_resumed_run_cuts_each_tag_at_the_checkpoint(tmp_path):
     run_dir = _run_folder(str(tmp_path))
     os.remove(os.path.join(run_dir, "models", "mario_1_1_4.pdparams"))
     os.remove(os.path.join(run_dir, "models", "mario_1_1_5.pdparams"))
-    ckpt, update = bench.resume_point(run_dir, "1-1")
+    ckpt, update = lanes.resume_ppo_run(run_dir, bench.checkpoint_prefix("1-1"))
     assert update == 3 and ckpt.endswith("mario_1_1_3.pdparams")
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]  # the torn last line is gone
@@ -187,7 +187,7 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     fresh = str(tmp_path / "fresh")
     os.makedirs(fresh)
     assert lanes.restore_state(fresh, state) == [name]
-    assert bench.resume_point(os.path.join(fresh, name), "1-1")[1] == 4
+    assert lanes.resume_ppo_run(os.path.join(fresh, name), bench.checkpoint_prefix("1-1"))[1] == 4
     restored = load_checkpoint(os.path.join(fresh, name, "models", "mario_1_1_4.pdparams"))
     w = np.asarray(restored["policy"]["w"])
     assert restored["optimizer"] == {} and w.dtype == np.float32
