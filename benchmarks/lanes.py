@@ -82,11 +82,21 @@ def interrupt_on_sigterm():
 
     A benchmark stopped with ``kill`` would otherwise die at once and leave its runs going on as
     orphans, holding the CPU with no one to summarize them; this way the benchmark's own
-    ``except KeyboardInterrupt`` passes the stop on (``stop_runs``) and waits for them."""
+    ``except KeyboardInterrupt`` passes the stop on (``stop_runs``) and waits for them.
+
+    Paddle, when imported, installs a SIGTERM handler of its own that ends the process at once; a suite
+    that imports it later (a restore from a pack reads checkpoints) would lose this one. So Paddle, where
+    installed, is imported first and its handlers are turned off (``paddle.disable_signal_handler``)."""
 
     def _interrupt(signum, frame):
         raise KeyboardInterrupt(f"stopped by signal {signum}")
 
+    try:
+        from common.run.device import require_paddle
+
+        require_paddle().disable_signal_handler()
+    except (ImportError, SystemExit):  # no Paddle here: nothing to replace this handler
+        pass
     signal.signal(signal.SIGTERM, _interrupt)
 
 

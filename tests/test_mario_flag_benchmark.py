@@ -217,7 +217,9 @@ def test_quantize_scales_each_column_to_127_and_keeps_a_zero_column_zero():
 
 def test_stop_runs_passes_a_sigterm_on_as_sigint_and_waits(tmp_path):
     """lanes.interrupt_on_sigterm + lanes.stop_runs, with a real parent and child process: the child gets
-    SIGINT (and can save) before the parent exits; the parent reports the child's return code."""
+    SIGINT (and can save) before the parent exits; the parent reports the child's return code. The parent
+    imports Paddle after setting the handler, as a suite's restore from a pack does (Paddle's own SIGTERM
+    handler, installed by its import, used to replace this one and end the parent at once)."""
     import signal
     import subprocess
     import sys
@@ -236,6 +238,7 @@ def test_stop_runs_passes_a_sigterm_on_as_sigint_and_waits(tmp_path):
         f"sys.path.insert(0, {ROOT!r})\n"
         "from benchmarks import lanes\n"
         "lanes.interrupt_on_sigterm()\n"
+        "from common.run import checkpoint\n"
         f"proc = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
         "try:\n"
         "    proc.wait()\n"
