@@ -270,7 +270,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     title = f"{spec.name} {spec.level_name(cfg)} (update {state['update']})"
     print(f"{title}: {_line(result)}")
     if args.episodes > 1:
-        result["episodes"] = [result] + [
+        result["episodes"] = [dict(result)] + [  # a copy: the result does not hold itself
             _episode_result(spec, cfg, policy, args, seed) for seed in range(args.seed + 1, args.seed + args.episodes)
         ]
         numbers = [k for k, v in result["episodes"][1].items() if isinstance(v, (int, float))]  # not --heatmap's
