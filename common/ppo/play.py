@@ -247,22 +247,7 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
     plot = args.plot and _can_plot(cfg, state)
     screens = [] if plot else None
     actions = []
-    env = spec.env_factory(cfg, output)()
-    try:
-        stacks, ret, steps, info = greedy_episode(
-            policy,
-            env,
-            args.seed,
-            args.max_actions or cfg.max_actions,
-            args.max_steps or cfg.max_eval_steps,
-            rgb_frames=screens,
-            rgb_keep=ALONG_KEEP,
-            sample_rng=np.random.default_rng(args.seed) if args.policy == "sample" else None,
-            actions=actions,
-        )
-    finally:
-        env.close()
-    result = {"return": float(ret), "steps": steps, "video": output, **spec.episode_metrics(info)}
+    stacks, result, info = _episode(spec, cfg, policy, args, args.seed, output, screens, actions)
     if plot:
         result["plot"] = plot_along_episode(spec, cfg, state, stacks, actions, screens, args.plot)
     if after is not None:
@@ -286,22 +271,32 @@ def _line(result: dict) -> str:
     return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
 
 
-def _episode_result(spec, cfg, policy, args, seed: int) -> dict:
-    """One more episode of ``play --episodes``, unrecorded, in a fresh env (as if played with ``--seed seed``
-    alone); printed and returned."""
-    env = spec.env_factory(cfg, None)()
+def _episode(spec, cfg, policy, args, seed: int, output=None, screens=None, actions=None):
+    """One episode of ``play`` with ``seed``, in a fresh env (recorded to ``output`` if given; ``screens`` and
+    ``actions`` as ``greedy_episode`` fills them). Returns (stacks, the printed numbers, the last info)."""
+    env = spec.env_factory(cfg, output)()
     try:
-        _, ret, steps, info = greedy_episode(
+        stacks, ret, steps, info = greedy_episode(
             policy,
             env,
             seed,
             args.max_actions or cfg.max_actions,
             args.max_steps or cfg.max_eval_steps,
+            rgb_frames=screens,
+            rgb_keep=ALONG_KEEP,
             sample_rng=np.random.default_rng(seed) if args.policy == "sample" else None,
+            actions=actions,
         )
     finally:
         env.close()
-    result = {"return": float(ret), "steps": steps, **spec.episode_metrics(info)}
+    video = {"video": output} if output else {}
+    return stacks, {"return": float(ret), "steps": steps, **video, **spec.episode_metrics(info)}, info
+
+
+def _episode_result(spec, cfg, policy, args, seed: int) -> dict:
+    """One more episode of ``play --episodes``, unrecorded (as if played with ``--seed seed`` alone); printed
+    and returned."""
+    result = _episode(spec, cfg, policy, args, seed)[1]
     print(f"  seed {seed}: {_line(result)}")
     return result
 
