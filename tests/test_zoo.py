@@ -1,5 +1,6 @@
 """zoo/: every trained agent plays as its card says; export writes weights only, refused by --resume."""
 
+import json
 import os
 
 import numpy as np
@@ -102,3 +103,15 @@ def test_the_readmes_show_the_zoo_as_its_cards_say():
         with open(os.path.join(zoo.ROOT, name), encoding="utf-8") as f:
             text = f.read()
         assert zoo.replace_table(text, table) == text, f"{name}: run python -m common.zoo table"
+
+
+def test_the_zoo_table_names_the_authors_networks(tmp_path):
+    with open(os.path.join(zoo.ZOO, "montezuma-ppo.json"), encoding="utf-8") as f:
+        card = json.load(f)
+    card["settings"].update(intrinsic="snd-vic", policy_network="authors", snd_network="authors")
+    (tmp_path / card["file"]).write_bytes(b"")  # the card must name a file in its zoo; the table does not read it
+    (tmp_path / "card.json").write_text(json.dumps(card), encoding="utf-8")
+    assert "| PPO + SND-VIC (SND authors' networks) |" in zoo.markdown_table(str(tmp_path))
+    card["settings"].update(policy_network="game", snd_network="game")
+    (tmp_path / "card.json").write_text(json.dumps(card), encoding="utf-8")
+    assert "| PPO + SND-VIC |" in zoo.markdown_table(str(tmp_path))
