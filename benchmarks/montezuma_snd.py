@@ -9,7 +9,7 @@
 
 Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --seed <k>`` (128 envs x
 128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
-a checkpoint every 10 updates (~6-12 minutes here). Runs go one after the other. A run cut short
+a checkpoint every 10 updates. Runs go one after the other. A run cut short
 continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
 float16 weights, the large matrices int8, no optimizer moments), with its config,
