@@ -230,6 +230,13 @@ def cards(zoo: str = ZOO) -> list[dict]:
     return out
 
 
+def agents_of(game: str, zoo: str = ZOO) -> list[dict]:
+    """The cards of ``game``'s agents, those trained with curiosity first (the notebooks play the first)."""
+    return sorted(
+        (c for c in cards(zoo) if c["game"] == game), key=lambda c: c["settings"].get("intrinsic", "none") == "none"
+    )
+
+
 TABLE_START, TABLE_END = "<!-- zoo-table:start -->", "<!-- zoo-table:end -->"
 
 

@@ -185,9 +185,7 @@ def zoo_cells(game: str, width: int):
 
             from common import zoo
 
-            # the game's agents, those trained with curiosity first (Mario's zoo also has plain PPO's)
-            cards = sorted((c for c in zoo.cards() if c["game"] == "{game}"),
-                           key=lambda c: c["settings"].get("intrinsic", "none") == "none")
+            cards = zoo.agents_of("{game}")  # those trained with curiosity first (Mario's zoo also has plain PPO's)
             if not cards:
                 print("no trained {game} agent in zoo/ yet: zoo/README.md lists the agents there are")
             for card in cards[:1]:
