@@ -223,6 +223,10 @@ def cut_metrics(run_dir, keep):
         f.writelines(kept)
 
 
+#: matplotlib line styles by seed (seed % 3) in the suites' pictures: a method's colour, a seed's line
+SEED_LINES = ("-", "--", ":")
+
+
 def binned(steps, values, edges):
     """Mean of ``values`` whose step falls in each (edges[i], edges[i+1]]; None where empty."""
     out = []

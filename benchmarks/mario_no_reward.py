@@ -286,15 +286,16 @@ def plot(summaries, path, level=None):
     top, bottom = fig.add_subplot(grid[0]), fig.add_subplot(lower[0] if on_level else grid[1])
     for s in summaries:
         label = f"{METHODS[s['method']]} s{s['seed']}"
+        style = dict(color=COLORS[s["method"]], ls=lanes.SEED_LINES[s["seed"] % 3], lw=1, alpha=0.85)
         if s["method"] == "random":
             top.axhline(s["last_10pct_mean_x"] or 0, color=COLORS["random"], ls="--", lw=1, label=label)
         else:
             ys = [np.nan if v is None else v for v in s["curve"]["x_pos"]]
-            top.plot(s["curve"]["steps"], ys, color=COLORS[s["method"]], lw=1, alpha=0.85, label=label)
+            top.plot(s["curve"]["steps"], ys, label=label, **style)
         counts = np.asarray(s["stops_last_10pct"]["counts"], float)
         centres = (np.arange(len(counts)) + 0.5) * s["stops_last_10pct"]["bin"]
         share = counts / max(counts.sum(), 1)
-        bottom.step(centres, share, where="mid", color=COLORS[s["method"]], lw=1, alpha=0.85, label=label)
+        bottom.step(centres, share, where="mid", label=label, **style)
     top.axhline(1000, color="k", lw=0.5, ls=":")
     top.set_title("mean final x_pos of the training episodes (per 50,000 agent steps); dotted: x_pos 1,000")
     top.set_xlabel("agent steps")

@@ -315,7 +315,8 @@ def plot(summaries, path):
             for s in runs:
                 c = s["curve"]
                 ys = np.array([np.nan if v is None else v for v in c[key]], float)
-                ax.plot(c["steps"], ys, color=COLORS[method], alpha=0.85, lw=1, label=f"{METHODS[method]} s{s['seed']}")
+                style = dict(color=COLORS[method], ls=lanes.SEED_LINES[s["seed"] % 3], alpha=0.85, lw=1)
+                ax.plot(c["steps"], ys, label=f"{METHODS[method]} s{s['seed']}", **style)
                 curves.append((np.array(c["steps"]), ys))
             if len(curves) > 1:
                 n = min(len(x) for x, _ in curves)
