@@ -34,7 +34,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "zoo")
 MAX_BYTES = 25 * 1024 * 1024
 #: the checkpoint entries a zoo file keeps (PPO's and DQN's counters both)
-KEPT = ("game", "config", "intrinsic_name", "agent", "update", "global_step", "env_steps", "policy", "intrinsic")
+KEPT = (
+    "game",
+    "config",
+    "intrinsic_name",
+    "agent",
+    "update",
+    "global_step",
+    "env_steps",
+    "code_commits",
+    "policy",
+    "intrinsic",
+)
 #: the game -> the module whose ``SPEC`` describes it
 #: config fields a card lists, where the config has them
 CARD_SETTINGS = (
@@ -117,8 +128,10 @@ def export(
     """Write ``zoo/<name>.pdparams`` (weights only) and ``zoo/<name>.json`` (its card) from a training
     checkpoint of ``game``; returns the card. The card's episode (``policy`` greedy or sample, ``seed``)
     is played here; with ``gif`` it is also written as ``zoo/<name>.gif`` (``common.envs.video.gif_from_mp4``).
-    ``commit`` is the one the agent was trained from (default: this checkout's). ``half`` and ``intrinsic``:
-    ``weights_only``'s; the card says what the file holds (``weights``)."""
+    ``commit`` is the one the agent was trained from (default: the checkpoint's first ``code_commits``
+    entry, the commit its run started from; "unknown" for a checkpoint older than that record; the zoo
+    file keeps the whole list). ``half`` and ``intrinsic``: ``weights_only``'s; the card says what the
+    file holds (``weights``)."""
     from common.run.checkpoint import check_compatible, load_checkpoint, save_checkpoint
     from common.run.device import set_device
     from common.run.runtime import code_commit
@@ -153,7 +166,7 @@ def export(
         "agent_steps": int(state.get("global_step", state.get("env_steps", 0))),
         "updates": int(state["update"]) if "update" in state else None,
         "hours_on_2_core_cpu": hours,
-        "trained_at_commit": commit or code_commit(),
+        "trained_at_commit": commit or (state.get("code_commits") or ["unknown"])[0],
         "exported_at_commit": code_commit(),
         "episode": {"policy": policy, "seed": seed, **result},
         "play": f"python {game}/play.py --checkpoint zoo/{os.path.basename(path)}"
@@ -294,7 +307,11 @@ def main(argv=None):
     e.add_argument("--zoo", default=ZOO, help="the zoo folder")
     e.add_argument("--seed", type=int, default=0, help="the greedy episode's seed (Montezuma's sticky actions)")
     e.add_argument("--gif", action="store_true", help="also write the card's episode as zoo/<name>.gif")
-    e.add_argument("--commit", default="", help="the commit the agent was trained from (default: this checkout's)")
+    e.add_argument(
+        "--commit",
+        default="",
+        help="the commit the agent was trained from (default: the one its run started from, as its checkpoint records)",
+    )
     e.add_argument(
         "--policy",
         default="greedy",

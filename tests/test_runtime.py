@@ -11,9 +11,10 @@ import pytest
 
 from common.dqn.config import DQNConfig
 from common.ppo.config import TrainConfig
+from common.run.checkpoint import CheckpointError
 from common.run.config import RunConfig, UnusablePathError, build_parser, field_meta
 from common.run.errors import NonFiniteLossError
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, code_commit, run_commits
 
 
 def test_nonfinite_steps_stop_at_the_limit_in_a_row_only():
@@ -27,6 +28,15 @@ def test_nonfinite_steps_stop_at_the_limit_in_a_row_only():
         with pytest.raises(NonFiniteLossError, match="2 consecutive updates"):
             steps.taken_back(8)
     assert steps.total == 3 and steps.streak == 2
+
+
+def test_run_commits_lists_the_commits_a_run_came_from_once_each_oldest_first():
+    here = code_commit()  # "unknown" outside a git checkout: the same rules hold
+    assert run_commits() == [here] == run_commits([here])  # resumed at the same commit: listed once
+    assert run_commits(["a1b2c3"]) == ["a1b2c3", here]  # resumed at a newer commit: appended
+    for bad in ([""], [7], ["x" * 65], ["a"] * 1001):
+        with pytest.raises(CheckpointError, match="run.pdparams: entry 'code_commits' is invalid"):
+            run_commits(bad, "run.pdparams")
 
 
 def test_stop_signals_first_asks_second_aborts_and_handlers_come_back(capsys):

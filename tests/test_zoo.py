@@ -57,6 +57,8 @@ def test_export_writes_weights_only_and_a_measured_card(tmp_path):
     assert state["intrinsic"]["predictor_opt"] == {}
     assert os.path.getsize(path) < os.path.getsize(result["checkpoint"]) / 2
     assert card["level"] == "DoorKey-5x5" and card["agent_steps"] == 128
+    trained_at = load_checkpoint(result["checkpoint"])["code_commits"]  # the run's, not the exporting checkout's
+    assert card["trained_at_commit"] == trained_at[0] and state["code_commits"] == trained_at
     again = zoo.card_result(zoo.play_once("gridworld", str(path), 0))
     assert again == {k: v for k, v in card["episode"].items() if k not in ("seed", "policy")}
     sampled = [zoo.card_result(zoo.play_once("gridworld", str(path), 3, policy="sample")) for _ in range(2)]

@@ -31,7 +31,7 @@ from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.distributed import SilentLogger, World
 from common.run.errors import NonFiniteLossError, RunStoppedError, UsageError, stopped_by  # noqa: F401
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits, run_commits
 
 paddle = require_paddle()
 
@@ -100,6 +100,7 @@ class Trainer:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.folder = RunFolder(cfg, f"{spec.name}_{spec.level_name(cfg)}_{cfg.intrinsic}_seed{cfg.seed}_{stamp}")
         self.run_dir = self.folder.run_dir
+        self.code_commits = run_commits()  # the checkout's commit; a resume puts the run's earlier ones first
 
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
@@ -192,6 +193,7 @@ class Trainer:
             "obs_norm_ready": self.obs_norm_ready,
             "world_size": self.world.size,
             "nan_total": self.nonfinite.total,
+            "code_commits": self.code_commits,
             **(self.log.visited_state() if hasattr(self, "log") else {}),
         }
 
@@ -210,6 +212,7 @@ class Trainer:
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
+        self.code_commits = run_commits(state.get("code_commits", ()), path)
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nonfinite.total = int(state.get("nan_total", 0))
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}

@@ -28,6 +28,20 @@ def code_commit() -> str:
         return "unknown"
 
 
+def run_commits(previous=(), path: str = "") -> list[str]:
+    """The commits a run's code came from, oldest first: ``previous`` (a resumed checkpoint's
+    ``code_commits``; ``path`` names it in a refusal) and this checkout's (``code_commit``) when it
+    differs from the last. A checkpoint carries the list, so a card or a report can say what code
+    trained the weights, not only what code exported them."""
+    from common.run.checkpoint import CheckpointError
+
+    previous = list(previous)
+    if len(previous) > 1000 or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in previous):
+        raise CheckpointError(f"{path}: entry 'code_commits' is invalid: expected a list of commit ids")
+    here = code_commit()
+    return previous if previous and previous[-1] == here else [*previous, here]
+
+
 def physical_memory() -> int:
     """Bytes of this machine's memory (0 where the system does not say)."""
     try:
