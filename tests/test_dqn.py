@@ -516,7 +516,7 @@ def test_resume_continues_counters_and_replay_policy(save_replay, tmp_path):
     )
     trainer = DQNTrainer(SPEC, cfg)
     assert trainer.train_count == 20 and trainer.env_steps == first["env_steps"]
-    assert trainer.code_commits == state["code_commits"] and len(state["code_commits"]) == 1
+    assert trainer.folder.commits == state["code_commits"] and len(state["code_commits"]) == 1
     if save_replay:
         assert trainer.memory.written == state["replay"]["written"] and len(trainer.memory) >= 100
     else:

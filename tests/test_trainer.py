@@ -68,7 +68,7 @@ def test_resume_gives_the_same_next_update_as_an_uninterrupted_run(tmp_path):
     assert result["update"] == 2 and result["checkpoint"].endswith("mario_1_1_2.pdparams")
     b = Trainer(MARIO, tiny(tmp_path, run_name="b", resume=result["checkpoint"]))
     assert (b.update, b.global_step) == (2, 64)
-    assert b.code_commits == load_checkpoint(result["checkpoint"])["code_commits"] == [code_commit()]
+    assert b.folder.commits == load_checkpoint(result["checkpoint"])["code_commits"] == [code_commit()]
     for t in (a, b):
         fill_fixed_rollout(t)
         t.learn()

@@ -48,7 +48,7 @@ from common.dqn.config import DQNConfig
 from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.errors import NonFiniteLossError, UsageError, stopped_by
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits, run_commits
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits
 
 paddle = require_paddle()
 
@@ -98,7 +98,6 @@ class DQNTrainer:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.folder = RunFolder(cfg, f"{spec.name}_{cfg.agent}_seed{cfg.seed}_{stamp}")
         self.run_dir = self.folder.run_dir
-        self.code_commits = run_commits()  # the checkout's commit; a resume puts the run's earlier ones first
 
         self.obs_shape, self.num_actions = spec.spaces(cfg)
         if self.obs_shape[0] != cfg.window_length:
@@ -172,7 +171,7 @@ class DQNTrainer:
             "episodes": self.episodes,
             "evals": self.evals,
             "nan_total": self.nonfinite.total,
-            "code_commits": self.code_commits,
+            "code_commits": self.folder.commits,
             "rng": self.rng.bit_generator.state,
             "replay": self.memory.state_dict() if self.cfg.save_replay else None,
         }
@@ -204,7 +203,7 @@ class DQNTrainer:
             self.rng.bit_generator.state = state["rng"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
-        self.code_commits = run_commits(state.get("code_commits", ()), path)
+        self.folder.resumed_from(state, path)
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:

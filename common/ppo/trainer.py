@@ -31,7 +31,7 @@ from common.run.device import require_paddle, set_device, warn_ignored_cpu_flags
 from common.run.distributed import SilentLogger, World
 from common.run.errors import NonFiniteLossError, RunStoppedError, UsageError, stopped_by  # noqa: F401
 from common.run.game import GameSpec
-from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits, run_commits
+from common.run.runtime import NonFiniteSteps, RunFolder, StopSignals, check_fits
 
 paddle = require_paddle()
 
@@ -100,7 +100,6 @@ class Trainer:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.folder = RunFolder(cfg, f"{spec.name}_{spec.level_name(cfg)}_{cfg.intrinsic}_seed{cfg.seed}_{stamp}")
         self.run_dir = self.folder.run_dir
-        self.code_commits = run_commits()  # the checkout's commit; a resume puts the run's earlier ones first
 
         self.envs = None  # built in train(), after a resume has set the counters (they pick the env seeds)
         self.obs_shape, self.num_actions = spec.spaces(cfg)
@@ -113,19 +112,17 @@ class Trainer:
         self.int_scale = self.stage.scale
         flags = f"--num-local-steps {cfg.num_local_steps} x --num-processes {cfg.num_processes}"
         check_fits(rollout_bytes(cfg.num_local_steps, cfg.num_envs, self.obs_shape), flags, "the rollout")
-        if cfg.first_visit_key == "state" and not spec.state_keys:
+        state_keys = cfg.first_visit_key == "state"
+        if state_keys and not spec.state_keys:
             raise UsageError(f"--first-visit-key state is invalid for {spec.name}: its envs report no state keys")
-        self.buffer = RolloutBuffer(
-            cfg.num_local_steps, cfg.num_envs, self.obs_shape, state_keys=cfg.first_visit_key == "state"
-        )
+        self.buffer = RolloutBuffer(cfg.num_local_steps, cfg.num_envs, self.obs_shape, state_keys=state_keys)
         # a stop leaves the update under way at its next minibatch (seconds, not the whole update)
         self.stop = StopSignals(
             "stopping within seconds: the update under way is dropped, the last completed one saved, workers closed"
         )
         self.evals = Evaluations(spec, cfg, self._new_intrinsic, stopping=lambda: self.stop.requested)
 
-        self.update = 0  # completed updates
-        self.global_step = 0  # agent steps over all envs
+        self.update = self.global_step = 0  # completed updates; agent steps over all envs
         self.obs_norm_ready = cfg.intrinsic == "none"
         self.nonfinite = NonFiniteSteps(cfg.max_nan_updates, "update")
         self.last_checkpoint = ""
@@ -193,7 +190,7 @@ class Trainer:
             "obs_norm_ready": self.obs_norm_ready,
             "world_size": self.world.size,
             "nan_total": self.nonfinite.total,
-            "code_commits": self.code_commits,
+            "code_commits": self.folder.commits,
             **(self.log.visited_state() if hasattr(self, "log") else {}),
         }
 
@@ -212,7 +209,7 @@ class Trainer:
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
-        self.code_commits = run_commits(state.get("code_commits", ()), path)
+        self.folder.resumed_from(state, path)
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nonfinite.total = int(state.get("nan_total", 0))
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}

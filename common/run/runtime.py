@@ -129,6 +129,11 @@ class RunFolder:
                 "checkpoints are written only inside a run's own folder"
             )
         self._lock = None
+        self.commits = run_commits()  # the commits the run's code came from (a checkpoint's ``code_commits``)
+
+    def resumed_from(self, state: dict, path: str) -> None:
+        """Put the run's earlier commits, from its checkpoint ``state`` (read from ``path``), before this one."""
+        self.commits = run_commits(state.get("code_commits", ()), path)
 
     def create(self, cfg: RunConfig) -> None:
         """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
