@@ -588,8 +588,7 @@ def restore_state(out, state) -> list:
 def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     """The command line of a long-run suite: run its plan (resumable), ``--report-only``, ``--status``,
     ``--pack-state``. ``suite`` is the suite's module: ``__doc__``, ``PLAN``, ``RUN_FORMAT`` (what
-    ``--runs`` takes), ``parse_runs(text)``, ``planned(plan, out, results, lanes_at_once, extra)``,
-    ``load_summaries(results)``, ``describe(summary)``, ``summary_name(summary)``,
+    ``--runs`` takes), ``parse_runs(text)``, ``RUNS`` (its ``Runs``), ``describe(summary)``,
     ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` and
     ``TRAINER``, its runs' train script. Flags it does not know go to the trainer of every run (checks, e.g.
     a small budget), once the trainer's parser has accepted them (a misspelt flag of the suite's own,
@@ -620,15 +619,15 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     if not (args.status or args.pack_state) and not os.path.isdir(args.docs):
         p.error(f"--docs {args.docs!r} is not a folder: expected the folder of the report's page")
     carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
-    plan = suite.planned(
+    plan = suite.RUNS.planned(
         suite.parse_runs(args.runs) if args.runs else suite.PLAN, args.out, args.results, args.lanes, extra
     )
     if args.pack_state:
         pack_state(plan, args.out, args.state)
         return 0
     if args.status:
-        for s in suite.load_summaries(args.results):
-            print(f"{suite.summary_name(s)}: {s['status']}, {suite.describe(s)}")
+        for s in suite.RUNS.load(args.results):
+            print(f"{suite.RUNS.name_of(s)}: {s['status']}, {suite.describe(s)}")
         todo = [run.name for run in plan if not run.done()]
         print("to do, in order:", ", ".join(todo) if todo else "nothing: every planned run has finished")
         return 0
@@ -665,35 +664,59 @@ def check_trainer_flags(parser, trainer: str, extra) -> None:
 
 
 # ---------------------------------------------------------------------------------- a suite's parts
-def planned_runs(plan, out, results, lanes_at_once, extra, *, run_name, command, summarize, prefix, **kw) -> list:
-    """A suite's plan of keys (``(method, seed)``, ``(level, method, seed)``, ...) as ``PlannedRun``s:
-    ``run_name(*key)``, ``command(*key, out, resume, threads, extra)``, ``summarize(out, *key, status)``,
-    ``prefix(*key)`` (or one prefix for all); one thread per run when two run at once."""
-    threads = 1 if lanes_at_once > 1 else 0
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """How a suite names, starts and summarizes its runs. A run's key is its entry in the plan, the
+    values of the summary fields ``key`` (e.g. ``("method", "seed")``).
 
-    def one(key):
-        return PlannedRun(
-            name=run_name(*key),
-            argv=lambda resume: command(*key, out, resume, threads, extra),
-            prefix=prefix(*key) if callable(prefix) else prefix,
-            summarize=lambda out_, status: summarize(out_, *key, status),
-            summary_path=os.path.join(results, run_name(*key) + ".json"),
-            **kw,
-        )
+    ``name(*key)`` is its folder's name in ``out`` and its summary's in ``results`` (``<name>.json``);
+    ``command(*key, out, resume, threads, extra)`` its trainer's command line; ``summarize(out, *key,
+    status)`` its summary; ``prefix`` its checkpoints' name before ``_<update>`` (or a function of the
+    key). ``pattern`` globs the suite's summaries in ``results``; ``order(summary)`` sorts them for the
+    report; ``options`` are more ``PlannedRun`` fields (e.g. ``finished``)."""
 
-    return [one(tuple(key)) for key in plan]
+    key: tuple
+    name: typing.Callable
+    command: typing.Callable
+    summarize: typing.Callable
+    prefix: str | typing.Callable
+    pattern: str
+    order: typing.Callable
+    options: dict = dataclasses.field(default_factory=dict)
 
+    def planned(self, plan, out, results, lanes_at_once=1, extra=()) -> list:
+        """The plan's keys as ``PlannedRun``s; one thread per run when two run at once."""
+        threads = 1 if lanes_at_once > 1 else 0
 
-def load_summary_files(results, pattern, order) -> list:
-    """The summaries ``results/<pattern>`` (a glob), sorted by ``order(summary)``."""
-    out = []
-    for path in sorted(glob.glob(os.path.join(results, pattern))):
-        try:
-            with open(path, encoding="utf-8") as f:
-                out.append(json.load(f))
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"error: {path} is not a run summary (JSON): {e}") from None
-    return sorted(out, key=order)
+        def one(key):
+            return PlannedRun(
+                name=self.name(*key),
+                argv=lambda resume: self.command(*key, out, resume, threads, extra),
+                prefix=self.prefix(*key) if callable(self.prefix) else self.prefix,
+                summarize=lambda out_, status: self.summarize(out_, *key, status),
+                summary_path=self.summary_path(results, *key),
+                **self.options,
+            )
+
+        return [one(tuple(key)) for key in plan]
+
+    def summary_path(self, results, *key) -> str:
+        return os.path.join(results, self.name(*key) + ".json")
+
+    def name_of(self, summary) -> str:
+        """The name of the run ``summary`` summarizes."""
+        return self.name(*(summary[k] for k in self.key))
+
+    def load(self, results) -> list:
+        """The summaries in ``results``, sorted by ``order``; ``SystemExit`` naming a file that is not one."""
+        out = []
+        for path in sorted(glob.glob(os.path.join(results, self.pattern))):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"error: {path} is not a run summary (JSON): {e}") from None
+        return sorted(out, key=self.order)
 
 
 def parse_method_seeds(text, methods) -> tuple:

@@ -149,32 +149,22 @@ def summarize_run(out, level, method, seed, status) -> dict:
     }
 
 
-def summary_path(results, level, method, seed):
-    return os.path.join(results, run_name(level, method, seed) + ".json")
-
-
-def load_summaries(results) -> list:
-    return lanes.load_summary_files(
-        results, "mario*_seed*.json", lambda s: (s["level"], s["method"] != "rnd", s["seed"])
-    )
-
-
 # ---------------------------------------------------------------------------------- running
 def status_at_end(returncode, run_dir) -> str:
     """How a run that exited 0 ended: "flag" when it saved its level's solved checkpoint, else "budget"."""
     return "flag" if glob.glob(os.path.join(run_dir, "models", "mario_[1-8]_[1-4].pdparams")) else "budget"
 
 
-def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
-    """The plan as ``lanes.PlannedRun``s (one thread each when two run at once)."""
-    return lanes.planned_runs(
-        plan, out, results, lanes_at_once, extra, run_name=run_name, command=command, summarize=summarize_run,
-        prefix=lambda level, method, seed: checkpoint_prefix(level), status_at_end=status_at_end, finished=FINISHED,
-    )  # fmt: skip
-
-
-def summary_name(summary) -> str:
-    return run_name(summary["level"], summary["method"], summary["seed"])
+RUNS = lanes.Runs(
+    key=("level", "method", "seed"),
+    name=run_name,
+    command=command,
+    summarize=summarize_run,
+    prefix=lambda level, method, seed: checkpoint_prefix(level),
+    pattern="mario*_seed*.json",
+    order=lambda s: (s["level"], s["method"] != "rnd", s["seed"]),
+    options=dict(status_at_end=status_at_end, finished=FINISHED),
+)
 
 
 def describe(summary) -> str:
@@ -209,7 +199,7 @@ def markdown(summaries) -> str:
             f"| {s['best_eval_x_pos'] if s['best_eval_x_pos'] is not None else '-'} "
             f"| {s['training_flags']} of {s['training_episodes']} | {s['median_steps_per_sec']} |"
         )
-    lines += ["", *lanes.segments_table(summaries, summary_name)]
+    lines += ["", *lanes.segments_table(summaries, RUNS.name_of)]
     return "\n".join(lines)
 
 
@@ -279,7 +269,7 @@ def plot(summaries, path):
 
 def write_report(results, docs):
     alt = "greedy x_pos, training x_pos and flag rate"
-    summaries = load_summaries(results)
+    summaries = RUNS.load(results)
     return lanes.write_suite_report(
         docs, "mario_learning.md", "mario_learning.png", alt, summaries, markdown, plot, START, END
     )

@@ -197,33 +197,15 @@ def policy_facts(m, steps) -> dict:
     }
 
 
-def summary_path(results, method, seed):
-    return os.path.join(results, run_name(method, seed) + ".json")
-
-
-def load_summaries(results) -> list:
-    order = list(METHODS)
-    pattern = "mario11_noreward_*_seed*.json"
-    return lanes.load_summary_files(results, pattern, lambda s: (order.index(s["method"]), s["seed"]))
-
-
-def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
-    """The plan as ``lanes.PlannedRun``s."""
-    return lanes.planned_runs(
-        plan,
-        out,
-        results,
-        lanes_at_once,
-        extra,
-        run_name=run_name,
-        command=command,
-        summarize=summarize_run,
-        prefix=PREFIX,
-    )
-
-
-def summary_name(summary) -> str:
-    return run_name(summary["method"], summary["seed"])
+RUNS = lanes.Runs(
+    key=("method", "seed"),
+    name=run_name,
+    command=command,
+    summarize=summarize_run,
+    prefix=PREFIX,
+    pattern="mario11_noreward_*_seed*.json",
+    order=lambda s: (list(METHODS).index(s["method"]), s["seed"]),
+)
 
 
 def describe(summary) -> str:
@@ -260,7 +242,7 @@ def markdown(summaries) -> str:
             f"| {'-' if s['farthest_x'] is None else s['farthest_x']} | {s['flags']} | {_entropy_range(s)} |"
         )
     lines += ["", f"The ICM paper, 1-1 from scratch with no reward (A3C, 20 workers): mean distance {ICM_PAPER}."]
-    lines += ["", *lanes.segments_table(summaries, summary_name)]
+    lines += ["", *lanes.segments_table(summaries, RUNS.name_of)]
     return "\n".join(lines)
 
 
@@ -319,7 +301,7 @@ def write_report(results, docs, with_level=True):
     (``mario/levels/1-1.png``) unless ``with_level`` is False."""
     from mario.pictures import level_strip
 
-    summaries, alt = load_summaries(results), "distance over agent steps, and where episodes ended"
+    summaries, alt = RUNS.load(results), "distance over agent steps, and where episodes ended"
     level = level_strip(1, 1) if with_level else None
     return lanes.write_suite_report(
         docs,

@@ -221,32 +221,15 @@ def training_facts(m, edges) -> dict:
     return {key: lanes.binned_tag(m, tag, edges) for key, tag in TRAINING_TAGS.items()}
 
 
-def summary_path(results, method, seed):
-    return os.path.join(results, run_name(method, seed) + ".json")
-
-
-def load_summaries(results) -> list:
-    order = list(METHODS)
-    return lanes.load_summary_files(results, "montezuma_*_seed*.json", lambda s: (order.index(s["method"]), s["seed"]))
-
-
-def planned(plan, out, results, lanes_at_once=1, extra=()) -> list:
-    """The plan as ``lanes.PlannedRun``s."""
-    return lanes.planned_runs(
-        plan,
-        out,
-        results,
-        lanes_at_once,
-        extra,
-        run_name=run_name,
-        command=command,
-        summarize=summarize_run,
-        prefix=PREFIX,
-    )
-
-
-def summary_name(summary) -> str:
-    return run_name(summary["method"], summary["seed"])
+RUNS = lanes.Runs(
+    key=("method", "seed"),
+    name=run_name,
+    command=command,
+    summarize=summarize_run,
+    prefix=PREFIX,
+    pattern="montezuma_*_seed*.json",
+    order=lambda s: (list(METHODS).index(s["method"]), s["seed"]),
+)
 
 
 def describe(summary) -> str:
@@ -293,7 +276,7 @@ def markdown(summaries) -> str:
             f"| {_step(s['first_step_second_room'])} | {'-' if last is None else f'{last:.2f}'} "
             f"| {SND_CHART[s['method']]} |"
         )
-    lines += ["", *lanes.segments_table(summaries, summary_name)]
+    lines += ["", *lanes.segments_table(summaries, RUNS.name_of)]
     return "\n".join(lines)
 
 
@@ -331,16 +314,16 @@ def plot(summaries, path):
 
 
 def heatmap_path(results, summary) -> str:
-    return os.path.join(results, f"heatmap_{summary_name(summary)}.png")
+    return os.path.join(results, f"heatmap_{RUNS.name_of(summary)}.png")
 
 
 def draw_heatmaps(out, results, steps=HEATMAP_STEPS) -> list:
     """``montezuma/play.py --heatmap`` for every finished run (status "budget") with its final checkpoint
     in ``out`` and no picture in ``results`` yet; returns the pictures drawn."""
     drawn = []
-    for s in load_summaries(results):
+    for s in RUNS.load(results):
         png = heatmap_path(results, s)
-        checkpoint, _ = lanes.newest_checkpoint(os.path.join(out, summary_name(s)), PREFIX)  # a finished run's last
+        checkpoint, _ = lanes.newest_checkpoint(os.path.join(out, RUNS.name_of(s)), PREFIX)  # a finished run's last
         if s["status"] != "budget" or os.path.exists(png) or checkpoint is None:
             continue
         with tempfile.TemporaryDirectory() as tmp:
@@ -387,14 +370,14 @@ def heatmap_markdown(summaries, results, docs) -> str:
         said = "(no module)" if not module else "-" if rho is None else f"{rho:.2f}"
         shared = "(no module)" if not module else "-" if share is None else f"{share:.2f}"
         cells = int((table["visits"] > 0).sum())
-        lines.append(f"| {summary_name(s)} | {rooms} | {episodes} | {cells} | {said} | {shared} |")
+        lines.append(f"| {RUNS.name_of(s)} | {rooms} | {episodes} | {cells} | {said} | {shared} |")
     lines.append("")
-    lines += [f"![{summary_name(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
+    lines += [f"![{RUNS.name_of(s)}: where it goes]({os.path.relpath(png, docs)})" for s, png in shown]
     return "\n".join(lines)
 
 
 def write_report(results, docs):
-    summaries = load_summaries(results)
+    summaries = RUNS.load(results)
     alt = "events, score and second-room share per episode"
 
     def block(summaries):

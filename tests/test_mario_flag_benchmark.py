@@ -104,9 +104,9 @@ def test_report_rebuilds_from_summaries_alone(tmp_path):
     out, results, docs = (str(tmp_path / d) for d in ("runs", "results", "docs"))
     _run_folder(out, updates=6, flag_at=4, torn=False)
     lanes.write_json_atomic(
-        bench.summary_path(results, "1-1", "rnd", 0), bench.summarize_run(out, "1-1", "rnd", 0, "flag")
+        bench.RUNS.summary_path(results, "1-1", "rnd", 0), bench.summarize_run(out, "1-1", "rnd", 0, "flag")
     )
-    rnd, none = bench.planned((("1-1", "rnd", 0), ("1-1", "none", 0)), out, results)
+    rnd, none = bench.RUNS.planned((("1-1", "rnd", 0), ("1-1", "none", 0)), out, results)
     assert rnd.done() and not none.done()
     os.makedirs(docs)
     shutil.copy(os.path.join(ROOT, "docs", "mario_learning.md"), docs)
@@ -200,7 +200,7 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
     assert lanes.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
     os.makedirs(results)
-    with open(bench.summary_path(results, "1-1", "rnd", 0), "w") as f:
+    with open(bench.RUNS.summary_path(results, "1-1", "rnd", 0), "w") as f:
         json.dump({"status": "flag"}, f)
     assert bench.main(argv) == 0
     assert not os.path.exists(os.path.join(state, name))  # finished: nothing left to resume

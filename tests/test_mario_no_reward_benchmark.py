@@ -99,7 +99,7 @@ def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(t
     assert r["last_10pct_episodes"] == 2 and r["last_10pct_mean_x"] == 400.0  # all of a random policy's episodes
     os.makedirs(results)
     for summary in (s, r):
-        with open(os.path.join(results, bench.summary_name(summary) + ".json"), "w") as f:
+        with open(os.path.join(results, bench.RUNS.name_of(summary) + ".json"), "w") as f:
             json.dump(summary, f)
     os.makedirs(docs)
     shutil.copy(os.path.join(ROOT, "docs", "mario_no_reward.md"), docs)

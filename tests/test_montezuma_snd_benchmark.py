@@ -204,6 +204,6 @@ def test_the_authors_network_run_of_the_plan_is_snd_vic_with_their_networks():
 
 
 def test_status_line_says_never_where_no_run_scored_400():
-    summaries = {s["method"]: s for s in bench.load_summaries(os.path.join(ROOT, "docs", "results", "montezuma_snd"))}
+    summaries = {s["method"]: s for s in bench.RUNS.load(os.path.join(ROOT, "docs", "results", "montezuma_snd"))}
     assert bench.describe(summaries["snd-vic"]).endswith("first 400 at 917,504 steps")
     assert bench.describe(summaries["none"]).endswith("never 400")
