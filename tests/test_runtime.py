@@ -34,7 +34,7 @@ def test_run_commits_lists_the_commits_a_run_came_from_once_each_oldest_first():
     here = code_commit()  # "unknown" outside a git checkout: the same rules hold
     assert run_commits() == [here] == run_commits([here])  # resumed at the same commit: listed once
     assert run_commits(["a1b2c3"]) == ["a1b2c3", here]  # resumed at a newer commit: appended
-    for bad in ([""], [7], ["x" * 65], ["a"] * 1001):
+    for bad in ([""], [7], ["x" * 65], ["a"] * 1001, "a1b2c3", {"a": 1}):
         with pytest.raises(CheckpointError, match="run.pdparams: entry 'code_commits' is invalid"):
             run_commits(bad, "run.pdparams")
 

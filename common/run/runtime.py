@@ -35,10 +35,10 @@ def run_commits(previous=(), path: str = "") -> list[str]:
     trained the weights, not only what code exported them."""
     from common.run.checkpoint import CheckpointError
 
-    previous = list(previous)
-    if len(previous) > 1000 or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in previous):
+    ok = isinstance(previous, (list, tuple)) and len(previous) <= 1000
+    if not (ok and all(isinstance(c, str) and 0 < len(c) <= 64 for c in previous)):
         raise CheckpointError(f"{path}: entry 'code_commits' is invalid: expected a list of commit ids")
-    here = code_commit()
+    previous, here = list(previous), code_commit()
     return previous if previous and previous[-1] == here else [*previous, here]
 
 
