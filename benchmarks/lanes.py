@@ -672,15 +672,14 @@ class Runs:
     ``name(*key)`` is its folder's name in ``out`` and its summary's in ``results`` (``<name>.json``);
     ``command(*key, out, resume, threads, extra)`` its trainer's command line; ``summarize(out, *key,
     status)`` its summary; ``prefix`` its checkpoints' name before ``_<update>`` (or a function of the
-    key). ``pattern`` globs the suite's summaries in ``results``; ``order(summary)`` sorts them for the
-    report; ``options`` are more ``PlannedRun`` fields (e.g. ``finished``)."""
+    key). ``order(summary)`` sorts the summaries for the report; ``options`` are more ``PlannedRun``
+    fields (e.g. ``finished``)."""
 
     key: tuple
     name: typing.Callable
     command: typing.Callable
     summarize: typing.Callable
     prefix: str | typing.Callable
-    pattern: str
     order: typing.Callable
     options: dict = dataclasses.field(default_factory=dict)
 
@@ -708,9 +707,10 @@ class Runs:
         return self.name(*(summary[k] for k in self.key))
 
     def load(self, results) -> list:
-        """The summaries in ``results``, sorted by ``order``; ``SystemExit`` naming a file that is not one."""
+        """The summaries in ``results`` (the files ``name`` would give, with ``*`` for each part of the
+        key), sorted by ``order``; ``SystemExit`` naming a file that is not one."""
         out = []
-        for path in sorted(glob.glob(os.path.join(results, self.pattern))):
+        for path in sorted(glob.glob(self.summary_path(results, *["*"] * len(self.key)))):
             try:
                 with open(path, encoding="utf-8") as f:
                     out.append(json.load(f))

@@ -161,7 +161,6 @@ RUNS = lanes.Runs(
     command=command,
     summarize=summarize_run,
     prefix=lambda level, method, seed: checkpoint_prefix(level),
-    pattern="mario*_seed*.json",
     order=lambda s: (s["level"], s["method"] != "rnd", s["seed"]),
     options=dict(status_at_end=status_at_end, finished=FINISHED),
 )

@@ -203,7 +203,6 @@ RUNS = lanes.Runs(
     command=command,
     summarize=summarize_run,
     prefix=PREFIX,
-    pattern="mario11_noreward_*_seed*.json",
     order=lambda s: (list(METHODS).index(s["method"]), s["seed"]),
 )
 

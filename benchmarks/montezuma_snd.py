@@ -227,7 +227,6 @@ RUNS = lanes.Runs(
     command=command,
     summarize=summarize_run,
     prefix=PREFIX,
-    pattern="montezuma_*_seed*.json",
     order=lambda s: (list(METHODS).index(s["method"]), s["seed"]),
 )
 
