@@ -32,11 +32,11 @@ def test_nonfinite_steps_stop_at_the_limit_in_a_row_only():
 
 def test_run_commits_lists_the_commits_a_run_came_from_once_each_oldest_first():
     here = code_commit()  # "unknown" outside a git checkout: the same rules hold
-    assert run_commits() == [here] == run_commits([here])  # resumed at the same commit: listed once
-    assert run_commits(["a1b2c3"]) == ["a1b2c3", here]  # resumed at a newer commit: appended
+    assert run_commits((), here) == [here] == run_commits([here], here)  # resumed at the same commit: listed once
+    assert run_commits(["a1b2c3"], here) == ["a1b2c3", here]  # resumed at a newer commit: appended
     for bad in ([""], [7], ["x" * 65], ["a"] * 1001, "a1b2c3", {"a": 1}):
         with pytest.raises(CheckpointError, match="run.pdparams: entry 'code_commits' is invalid"):
-            run_commits(bad, "run.pdparams")
+            run_commits(bad, here, "run.pdparams")
 
 
 def test_stop_signals_first_asks_second_aborts_and_handlers_come_back(capsys):

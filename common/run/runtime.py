@@ -28,18 +28,17 @@ def code_commit() -> str:
         return "unknown"
 
 
-def run_commits(previous=(), path: str = "") -> list[str]:
+def run_commits(previous, here: str, path: str = "") -> list[str]:
     """The commits a run's code came from, oldest first: ``previous`` (a resumed checkpoint's
-    ``code_commits``; ``path`` names it in a refusal) and this checkout's (``code_commit``) when it
-    differs from the last. A checkpoint carries the list, so a card or a report can say what code
-    trained the weights, not only what code exported them."""
+    ``code_commits``; ``path`` names it in a refusal) and ``here`` (this checkout's, ``code_commit``)
+    when it differs from the last. A checkpoint carries the list, so a card or a report can say what
+    code trained the weights, not only what code exported them."""
     from common.run.checkpoint import CheckpointError
 
     ok = isinstance(previous, (list, tuple)) and len(previous) <= 1000
     if not (ok and all(isinstance(c, str) and 0 < len(c) <= 64 for c in previous)):
         raise CheckpointError(f"{path}: entry 'code_commits' is invalid: expected a list of commit ids")
-    previous, here = list(previous), code_commit()
-    return previous if previous and previous[-1] == here else [*previous, here]
+    return list(previous) if previous and previous[-1] == here else [*previous, here]
 
 
 def physical_memory() -> int:
@@ -129,11 +128,11 @@ class RunFolder:
                 "checkpoints are written only inside a run's own folder"
             )
         self._lock = None
-        self.commits = run_commits()  # the commits the run's code came from (a checkpoint's ``code_commits``)
+        self.commits = [code_commit()]  # the commits the run's code came from (a checkpoint's ``code_commits``)
 
     def resumed_from(self, state: dict, path: str) -> None:
         """Put the run's earlier commits, from its checkpoint ``state`` (read from ``path``), before this one."""
-        self.commits = run_commits(state.get("code_commits", ()), path)
+        self.commits = run_commits(state.get("code_commits", ()), self.commits[-1], path)
 
     def create(self, cfg: RunConfig) -> None:
         """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
