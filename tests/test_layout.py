@@ -100,10 +100,45 @@ def test_common_is_small_packages_of_short_modules():
 
 
 def test_the_wheel_lists_every_package():
-    """setup.py names its packages one by one: a new package under common/ must be added there."""
+    """setup.py names its packages one by one: a new package under common/, and every registered
+    game's folder (``python <game>/train.py`` imports ``<game>.env``, found only once installed),
+    must be added there."""
     import re
 
+    from common.run.games import GAMES
+
     with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
-        listed = set(re.findall(r'"(common(?:\.\w+)*)"', f.read()))
+        listed = set(re.findall(r'"(\w+(?:\.\w+)*)"', f.read()))
     packages = {m for m, p in _modules().items() if p.endswith("__init__.py")}
+    packages |= {module.split(".")[0] for module in GAMES.values()}
     assert packages <= listed, f"packages missing from setup.py: {sorted(packages - listed)}"
+
+
+def _unit(module: str) -> str:
+    """The code map's name for a module's place: ``ppo`` for ``common.ppo.trainer``, ``nets`` for ``common.nets``."""
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_the_code_map_lists_each_packages_imports():
+    """docs/code_map.md's table says which parts of common/ each part imports: exactly what the code does."""
+    import re
+
+    modules = _modules()
+    with open(os.path.join(ROOT, "docs", "code_map.md"), encoding="utf-8") as f:
+        rows = [line.split("|")[1:-1] for line in f if line.startswith("| `common/")]
+    assert rows, "docs/code_map.md has no package table"
+    wrong = []
+    for where, _, imports in rows:
+        named = {name.removesuffix(".py").strip("/").split("/")[-1] for name in re.findall(r"`([\w/.]+)`", where)}
+        units = named & {_unit(m) for m in modules}
+        listed = set() if "nothing" in imports else set(re.findall(r"`(\w+)`", imports))
+        found = {
+            _unit(dep)
+            for m, path in modules.items()
+            if _unit(m) in units
+            for dep, _ in _imports(path, modules)
+            if _unit(dep) not in units and dep != "common"
+        }
+        if found != listed:
+            wrong.append(f"{where.strip()}: the map says {sorted(listed)}, the code imports {sorted(found)}")
+    assert not wrong, wrong
