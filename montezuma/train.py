@@ -38,7 +38,7 @@ class MontezumaConfig(TrainConfig):
             "reward convention (--int-reward snd) with their eta per method, the intrinsic module trained once "
             "over each rollout on all of it, on the latest frame, no observation warm-up. The authors ran 128M "
             "agent steps; the recipe stops at 4M, where their chart shows SND leaving the first room. "
-            "Differences that remain: docs/sources.md, 'The SND authors' Montezuma recipe'",
+            "Differences that remain: docs/sources.md, 4.1 'The SND authors' Montezuma recipe and reward convention'",
             dict(
                 num_processes=128,
                 num_local_steps=128,

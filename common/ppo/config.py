@@ -162,7 +162,7 @@ class TrainConfig(RunConfig):
         "authors' code: the novelty of s_t, the state the action is taken in, as clip(int_eta x error, 0, 1) "
         "with no normalisation; the intrinsic return is cut at episode ends; the module reads pixels in "
         "[0, 1] (RND: minus their running mean) and SND's error is the mean over features). "
-        "docs/sources.md, 'The SND authors' reward convention'",
+        "docs/sources.md, 4.1 'The SND authors' Montezuma recipe and reward convention'",
         choices=INT_REWARDS,
     )
     int_episodic: bool = arg(
