@@ -3,7 +3,7 @@
 1. Forward pass of each game's policy (uint8 frames in, numpy out) at several batch sizes, one
    thread, with a busy process on another core (as an env worker would be): median ms for the
    dygraph network (``--inference dygraph``), the native engine (``native``, the default:
-   oneDNN primitives + numpy, ``common/cpu/native.py``), the fp32 predictor (``onednn``) and the
+   oneDNN primitives + numpy, ``common/cpu/native.py``), the fp32 predictor (no flag: measured for comparison) and the
    bf16 predictor (``onednn-bf16``), and each one's speed-up over dygraph.
 2. ``Trainer.collect`` with each engine, alternating, in one trainer with the default vector
    env (one worker per core): Montezuma 8 and 128 envs, Mario 6 envs; agent steps/s and the
@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-MODES = ("dygraph", "native", "fp32", "bf16")  # --inference dygraph, native, onednn, onednn-bf16
+MODES = ("dygraph", "native", "fp32", "bf16")  # --inference dygraph, native, onednn-bf16; fp32: unquantised
 
 
 def _busy(stop):

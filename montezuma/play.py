@@ -46,7 +46,7 @@ def add_flags(parser):
         "--heatmap-steps",
         type=int,
         default=HEATMAP_STEPS,
-        help="agent steps played for --heatmap (one env)",
+        help="agent steps played for --heatmap (one env; default: %(default)s)",
     )
     return ("heatmap_steps",), ("map", "heatmap")
 

@@ -3,7 +3,8 @@
 Read from the source alone (no imports run): every ``import`` in ``common/``, lazy ones inside
 functions included, forms a graph of modules that must have no cycle; no module imports an
 underscore name from another package; ``common/`` itself holds at most six modules, and no
-module in it is over 500 lines.
+module in it is over 500 lines. docs/code_map.md says the same as the code: each package's
+imports, and every module by name.
 """
 
 from __future__ import annotations
@@ -142,3 +143,22 @@ def test_the_code_map_lists_each_packages_imports():
         if found != listed:
             wrong.append(f"{where.strip()}: the map says {sorted(listed)}, the code imports {sorted(found)}")
     assert not wrong, wrong
+
+
+def test_the_code_maps_tree_names_every_module():
+    """docs/code_map.md's tree, "module by module", names each module of each package of common/."""
+    import re
+
+    with open(os.path.join(ROOT, "docs", "code_map.md"), encoding="utf-8") as f:
+        tree = f.read().split("## The tree, module by module", 1)[1].split("```")[1]
+    # each package's text runs from its "  name/" line to the next line that starts a package or file
+    parts = re.split(r"\n  (?=\w+/ |nets\.py)", tree)
+    text = {part.split("/", 1)[0]: part for part in parts[1:] if "/" in part.split()[0]}
+    missing = [
+        m
+        for m in _modules()
+        if m.count(".") == 2
+        and not m.endswith("__init__")
+        and not re.search(rf"\b{m.split('.')[2]}\b", text.get(m.split(".")[1], ""))
+    ]
+    assert not missing, f"modules the code map's tree does not name: {missing}"
