@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,39 @@ def test_merged_adam_resumes_from_its_state_exactly():
         _step(b, opt_b, rng)
     for p, q in zip(a.parameters(), b.parameters()):
         np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
+def test_a_reset_optimizers_state_resumes_in_a_fresh_optimizer():
+    """A second Adam over the same parameters (a reset, e.g. after update 1 is rolled back) names its
+    moments ``..._moment1_1``; the next process's first Adam names them ``..._0``. The saved state
+    carries neither counter, so it loads into a fresh optimizer, and back into the reset one."""
+    a = _net()
+    rng = np.random.default_rng(0)
+    _step(a, adam(a.parameters(), 1e-2), rng)
+    opt_a = adam(a.parameters(), 1e-2)  # the reset
+    for _ in range(3):
+        _step(a, opt_a, rng)
+    assert any(key.endswith("_moment1_1") for key in opt_a.state_dict())  # Paddle's counter moved on
+    weights, state, rng_state = copy_state(a.state_dict()), copy_state(optimizer_state(opt_a)), rng.bit_generator.state
+    assert not [key for key in state if re.search(r"_\d+$", key)], sorted(state)
+    for _ in range(3):
+        _step(a, opt_a, rng)
+    after = [p.numpy() for p in a.parameters()]
+
+    b = _net()  # a fresh network and optimizer, as in the next process
+    b.set_state_dict(weights)
+    opt_b = adam(b.parameters(), 1e-2)
+    set_optimizer_state(opt_b, state)
+    rng.bit_generator.state = rng_state
+    for _ in range(3):
+        _step(b, opt_b, rng)
+    for p, q in zip(after, b.parameters()):
+        np.testing.assert_array_equal(p, q.numpy())
+
+    a.set_state_dict(weights)  # and a rollback into the reset optimizer itself
+    set_optimizer_state(opt_a, state)
+    rng.bit_generator.state = rng_state
+    for _ in range(3):
+        _step(a, opt_a, rng)
+    for p, q in zip(after, a.parameters()):
+        np.testing.assert_array_equal(p, q.numpy())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -278,21 +279,32 @@ def check_compatible(state: dict, game: str, expected: dict, path: str = "checkp
             raise CheckpointError(f"{path}: {key} is {have!r} in the checkpoint but {want!r} in this run")
 
 
-def optimizer_state(optimizer) -> dict:
-    """``optimizer.state_dict()`` with parameter names replaced by positions.
-
-    Paddle keys optimizer state by generated parameter names (``linear_3.w_0_moment1_0``),
-    which differ between two copies of a network built in one process; positions do not.
-    """
+def _accumulators(optimizer, keys):
+    """{(parameter position, accumulator): key} for the keys of ``optimizer``'s state that belong to a
+    parameter; an accumulator is the key's end without Paddle's counter (``moment1`` of
+    ``linear_3.w_0_moment1_0``)."""
     names = sorted(((p.name, i) for i, p in enumerate(optimizer._parameter_list)), key=lambda x: -len(x[0]))
-    out = {}
-    for key, value in optimizer.state_dict().items():
+    found = {}
+    for key in keys:
         for name, i in names:
             if key.startswith(name + "_"):
-                key = f"@param{i}" + key[len(name) :]
+                found[(i, re.sub(r"_\d+$", "", key[len(name) + 1 :]))] = key
                 break
-        out[key] = value
-    return out
+    return found
+
+
+def optimizer_state(optimizer) -> dict:
+    """``optimizer.state_dict()`` keyed ``@param<position>_<accumulator>`` (``@param0_moment1``).
+
+    Paddle keys optimizer state by generated names: the parameter's (``linear_3.w_0``), which differ
+    between two copies of a network built in one process, then the accumulator's with a counter
+    (``_moment1_0``), which is ``_1`` for the second Adam ever made over the same parameters (a
+    reset optimizer) and ``_0`` again in the next process. Neither survives a resume; positions
+    and accumulator names do.
+    """
+    state = optimizer.state_dict()
+    ours = {key: f"@param{i}_{acc}" for (i, acc), key in _accumulators(optimizer, state).items()}
+    return {ours.get(key, key): value for key, value in state.items()}
 
 
 def set_optimizer_state(optimizer, state: dict) -> None:
@@ -301,10 +313,13 @@ def set_optimizer_state(optimizer, state: dict) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"optimizer state: a {type(state).__name__} where a dict was expected")
     params = optimizer._parameter_list
+    # an optimizer that has stepped has its accumulators' names; one that has not takes Paddle's first
+    existing = _accumulators(optimizer, optimizer.state_dict())
     renamed = {}
     for key, value in state.items():
         if key.startswith("@param"):
             idx, _, rest = key[len("@param") :].partition("_")
+            rest = re.sub(r"_\d+$", "", rest)  # files written before the counter was dropped
             if not idx.isdigit() or int(idx) >= len(params):
                 raise ValueError(f"optimizer state {key!r}: the optimizer has parameters 0 to {len(params) - 1}")
             param = params[int(idx)]
@@ -314,7 +329,7 @@ def set_optimizer_state(optimizer, state: dict) -> None:
                 raise ValueError(
                     f"optimizer state {key!r}: shape {tuple(value.shape)}, its parameter's is {tuple(param.shape)}"
                 )
-            key = f"{param.name}_{rest}"
+            key = existing.get((int(idx), rest), f"{param.name}_{rest}_0")
         renamed[key] = value
     optimizer.set_state_dict(renamed)
 

@@ -297,8 +297,8 @@ class GradientSync:
                 paddle.add_n([(p * 0.0).sum() for p in params]).backward()
             with paddle.no_grad():
                 offset = 0
-                for p in params:
-                    p.grad.set_value((flat[offset : offset + p.size] / total).reshape(p.shape))
+                for p in params:  # written in place on the device (set_value goes through the host on Paddle 2.6)
+                    paddle.assign((flat[offset : offset + p.size] / total).reshape(p.shape), output=p.grad)
                     offset += p.size
         self.seconds += time.perf_counter() - t0
         return agreed
