@@ -10,6 +10,7 @@ saves, and is waited for, so no run goes on as an orphan.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import dataclasses
 import glob
@@ -194,7 +195,7 @@ def segment_facts(out, name):
     starts = [start for start, _ in pairs]
 
     def when(e):
-        return time.mktime(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))
+        return calendar.timegm(time.strptime(e["time"], "%Y-%m-%dT%H:%M:%SZ"))  # UTC, as written
 
     seconds = sum(when(end) - when(start) for start, end in pairs if end is not None)
     resumed = [e["resume_update"] for e in starts if e.get("resume_update")]
@@ -219,8 +220,10 @@ def cut_metrics(run_dir, keep):
             raise ValueError(f"{path}, line {n}: not a JSON record") from None
         if keep(record):
             kept.append(line + "\n")
-    with open(path, "w", encoding="utf-8") as f:
+    tmp = path + ".cutting"  # a stop while writing leaves the whole file, never a truncated one
+    with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(kept)
+    os.replace(tmp, path)
 
 
 #: matplotlib line styles by seed (seed % 3) in the suites' pictures: a method's colour, a seed's line
@@ -302,6 +305,15 @@ class PlannedRun:
         write_json_atomic(self.summary_path, summary)
         return summary
 
+    def summary_if_any(self, out, status) -> dict:
+        """``write_summary``, or {} when the run left nothing to summarize (it stopped or failed before
+        writing its metrics: a bad flag, an import error), so that it is reported instead of ending the plan."""
+        try:
+            return self.write_summary(out, status)
+        except FileNotFoundError as e:
+            print(f"{self.name}: no summary ({e})", flush=True)
+            return {}
+
 
 CRASH_RETRIES = 2  # restarts of a run that died of a signal, per invocation of run_plan
 
@@ -311,8 +323,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     names of the runs that failed.
 
     A run with numbered checkpoints continues from the newest (``resume_ppo_run``); one cut short before
-    its first is started again. A packed run missing from ``out`` is first restored from ``state``
-    (``restore_state``). Only the newest ``keep`` checkpoints are kept; the summary is refreshed at each new
+    its first is started again. A packed run newer than its folder in ``out`` is first restored from
+    ``state`` (``restore_state``). Only the newest ``keep`` checkpoints are kept; the summary is refreshed at each new
     checkpoint ("running") and when the run ends. Each run is a session of its own, at this process's
     nice value (``carry_nice_into_session``). A run that dies of a signal of its own (a native crash) is
     restarted from its newest checkpoint, up to ``CRASH_RETRIES`` times. A Ctrl-C, SIGTERM
@@ -321,6 +333,10 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     from common.run.launch import SIGNAL_EXIT
 
     env = child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a background job of a script ignores Ctrl-C, and its children would inherit that and miss the
+        # stop stop_runs sends before their trainer installs its own handler: Python's default again
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     pending = [r for r in plan if not r.done()]
     if say_todo:
         print(f"{len(pending)} runs to do", flush=True)
@@ -337,6 +353,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
                 if ckpt is None and os.path.isdir(run_dir):
                     shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
+                    with contextlib.suppress(FileNotFoundError):  # and that attempt's time is not the run's
+                        os.remove(os.path.join(out, run.name + ".segments.jsonl"))
                 segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
                 log = open(os.path.join(out, run.name + ".log"), "a")
                 # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
@@ -362,7 +380,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                         entry[3] = newest
                         prune_checkpoints(run_dir, run.prefix, keep)
                         if run.partial_summaries:
-                            run.write_summary(out, "running")
+                            run.summary_if_any(out, "running")
                     continue
                 running.remove(entry)
                 log.close()
@@ -370,7 +388,9 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 segment_event(out, run.name, event="end", returncode=rc)
                 prune_checkpoints(run_dir, run.prefix, keep)
                 status = run.status_at_end(rc, run_dir) if rc == 0 else "stopped"
-                summary = run.write_summary(out, status) if rc == 0 or run.partial_summaries else {}
+                summary = run.summary_if_any(out, status) if rc == 0 or run.partial_summaries else {}
+                if rc == 0 and not summary:
+                    failed.append(run.name)
                 note = describe(summary) if summary else f"see {os.path.join(out, run.name + '.log')}"
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {note}", flush=True)
                 if rc < 0 and crashes.get(run.name, 0) < CRASH_RETRIES:
@@ -391,7 +411,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
             log.close()
             segment_event(out, run.name, event="end", returncode=proc.returncode)
             if run.partial_summaries:
-                run.write_summary(out, "stopped")
+                run.summary_if_any(out, "stopped")
         print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
         raise
     return failed
@@ -563,14 +583,29 @@ def pack_state(plan, out, state) -> list:
     return packed
 
 
+def _packed_checkpoint(src):
+    """(prefix, number) of the one checkpoint ``<prefix>_<number>.pdparams`` packed in ``src``, or (None, -1)."""
+    for path in glob.glob(os.path.join(src, "models", "*.pdparams")):
+        prefix, _, number = os.path.splitext(os.path.basename(path))[0].rpartition("_")
+        if number.isdigit():
+            return prefix, int(number)
+    return None, -1
+
+
 def restore_state(out, state) -> list:
-    """Put each packed run whose folder ``out`` lacks back into ``out`` (a fresh machine), its checkpoint
-    back to float32 (``unslim_checkpoint``); returns the names."""
+    """Put each packed run back into ``out`` (a fresh machine) unless ``out`` holds a checkpoint of it at
+    least as new: a folder that is missing, has no checkpoint (a start that died) or an older one is
+    replaced. The checkpoint goes back to float32 (``unslim_checkpoint``); returns the names."""
     restored = []
     for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
         src, run_dir = os.path.join(state, name), os.path.join(out, name)
-        if name.endswith(".tmp") or os.path.exists(run_dir):
+        prefix, packed = _packed_checkpoint(src)
+        if name.endswith(".tmp") or prefix is None:
             continue
+        if os.path.exists(run_dir):
+            if newest_checkpoint(run_dir, prefix)[1] >= packed and numbered_checkpoints(run_dir, prefix):
+                continue
+            shutil.rmtree(run_dir)
         tmp = run_dir + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("segments.jsonl", "*.pdparams"))
@@ -592,7 +627,8 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` and
     ``TRAINER``, its runs' train script. Flags it does not know go to the trainer of every run (checks, e.g.
     a small budget), once the trainer's parser has accepted them (a misspelt flag of the suite's own,
-    ``--report-onyl``, is refused before anything runs). A suite adds
+    ``--report-onyl``, is refused before anything runs), and only with an ``--out`` and ``--results`` of their
+    own. Returns 1 when a run failed, else 0. A suite adds
     flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
     before its report is written."""
     import argparse
@@ -614,6 +650,13 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     args, extra = p.parse_known_args(argv)
     if extra:
         check_trainer_flags(p, suite.TRAINER, extra)
+        if not (args.report_only or args.status) and (args.out == suite.OUT or args.results == suite.RESULTS):
+            # e.g. a small budget: resumed from the plan's own checkpoints it would end them, and its
+            # summaries would mark the plan's runs finished
+            p.error(
+                f"trainer flags {' '.join(extra)} change the runs: give them an --out and --results of their "
+                f"own (not {suite.OUT!r} and {suite.RESULTS!r}, the plan's)"
+            )
     if (args.report_only or args.status) and not os.path.isdir(args.results):
         p.error(f"--results {args.results!r} is not a folder: expected the folder of the runs' summaries")
     if not (args.status or args.pack_state) and not os.path.isdir(args.docs):
@@ -631,6 +674,7 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         todo = [run.name for run in plan if not run.done()]
         print("to do, in order:", ", ".join(todo) if todo else "nothing: every planned run has finished")
         return 0
+    failed = []
     if not args.report_only:
         failed = run_plan(plan, args.out, args.lanes, args.state, describe=suite.describe)
         if failed:
@@ -638,7 +682,7 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     if before_report is not None:
         before_report(args)
     print("report:", suite.write_report(args.results, args.docs))
-    return 0
+    return 1 if failed else 0
 
 
 def check_trainer_flags(parser, trainer: str, extra) -> None:

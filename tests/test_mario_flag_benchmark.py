@@ -198,7 +198,7 @@ def test_packed_state_restores_a_run_on_a_fresh_machine(tmp_path):
     assert np.all(np.abs(back - big) <= step / 2 + 1e-6) and np.abs(back - big).max() > 0
     np.testing.assert_array_equal(np.asarray(restored["policy"]["head.weight"]), back)  # the same rounding
     assert [e["event"] for e in lanes.read_segments(fresh, name)] == ["start"]
-    assert lanes.restore_state(fresh, state) == []  # a run folder that exists is never overwritten
+    assert lanes.restore_state(fresh, state) == []  # a run folder with a checkpoint as new is never overwritten
     os.makedirs(results)
     with open(bench.RUNS.summary_path(results, "1-1", "rnd", 0), "w") as f:
         json.dump({"status": "flag"}, f)

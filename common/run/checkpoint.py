@@ -113,6 +113,8 @@ def save_checkpoint(path: str, state: dict) -> str:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a power loss leaves the old file, not an empty one
         os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         os.replace(tmp, path)
     except OSError as e:

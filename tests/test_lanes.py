@@ -1,0 +1,125 @@
+"""benchmarks/lanes.py, the scheduler of the long-run suites: the ways a multi-day lane can lose a stop, a
+run or its state, each on real files and processes."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import lanes  # noqa: E402
+import mario_no_reward  # noqa: E402
+
+
+def _checkpoint(path, update):
+    from common.run.checkpoint import save_checkpoint
+
+    state = {"game": "mario", "config": {}, "update": update, "policy": {"w": np.full(3, update, np.float32)}}
+    save_checkpoint(str(path), {**state, "optimizer": {}})
+
+
+def _packed(state, name, update):
+    os.makedirs(state / name / "models")
+    _checkpoint(state / name / "models" / f"x_{update}.pdparams", update)
+    (state / name / "metrics.jsonl").write_text(json.dumps({"tag": "t", "step": update, "value": 1.0}) + "\n")
+
+
+def test_a_packed_run_replaces_a_folder_without_a_checkpoint_or_with_an_older_one(tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    for name in ("empty", "older", "newer"):
+        _packed(state, name, 4)
+    os.makedirs(out / "empty")  # a start that died before its first checkpoint
+    os.makedirs(out / "older" / "models")
+    _checkpoint(out / "older" / "models" / "x_2.pdparams", 2)  # the machine this run left two moves ago
+    os.makedirs(out / "newer" / "models")
+    _checkpoint(out / "newer" / "models" / "x_6.pdparams", 6)  # trained on here since it was packed
+    assert lanes.restore_state(str(out), str(state)) == ["empty", "older"]
+    assert lanes.newest_checkpoint(str(out / "empty"), "x")[1] == 4
+    assert [n for n, _ in lanes.numbered_checkpoints(str(out / "older"), "x")] == [4]
+    assert lanes.newest_checkpoint(str(out / "newer"), "x")[1] == 6  # kept: newer than the pack
+    assert lanes.restore_state(str(out), str(state)) == []  # and once restored, never again
+
+
+def _planned(tmp_path, name, code, partial=True):
+    def summarize(out, status):
+        with open(os.path.join(out, name, "metrics.jsonl")) as f:  # what a summary reads first
+            return {"status": status, "records": len(f.readlines())}
+
+    return lanes.PlannedRun(
+        name=name,
+        argv=lambda resume: [sys.executable, "-c", code],
+        prefix="x",
+        summarize=summarize,
+        summary_path=str(tmp_path / f"{name}.json"),
+        resume=lambda run_dir: (None, 0),
+        partial_summaries=partial,
+    )
+
+
+def _writes_metrics(run_dir, lines=1):
+    """A run's code that writes ``lines`` metrics records into ``run_dir`` and exits 0."""
+    path = str(run_dir / "metrics.jsonl")
+    return f"import os; os.makedirs({str(run_dir)!r}, exist_ok=True); open({path!r}, 'w').write('x\\n' * {lines})"
+
+
+def test_a_run_that_fails_before_writing_metrics_is_reported_and_the_plan_goes_on(tmp_path):
+    out = tmp_path / "out"
+    plan = [
+        _planned(tmp_path, "bad-flag", "raise SystemExit(2)"),
+        _planned(tmp_path, "fine", _writes_metrics(out / "fine")),
+    ]
+    assert lanes.run_plan(plan, str(out), say_todo=False) == ["bad-flag"]
+    assert not (tmp_path / "bad-flag.json").exists()
+    assert json.loads((tmp_path / "fine.json").read_text()) == {"status": "budget", "records": 1}
+
+
+def test_runs_started_from_a_background_job_can_be_stopped_before_their_trainer_starts(tmp_path):
+    """A script's background job (`cmd &`) ignores SIGINT, and children inherit an ignored signal: the
+    stop that stop_runs sends would be lost until a trainer installs its own handler. run_plan gives its
+    runs Python's default again."""
+    seen = tmp_path / "disposition"
+    code = f"import signal; open({str(seen)!r}, 'w').write(repr(signal.getsignal(signal.SIGINT)))"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        lanes.run_plan([_planned(tmp_path, "r", code, partial=False)], str(tmp_path / "out"), say_todo=False)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert "default_int_handler" in seen.read_text()
+
+
+def test_an_attempt_that_left_no_checkpoint_adds_no_time_to_its_run(tmp_path):
+    out = tmp_path / "out"
+    os.makedirs(out / "r")  # a start that died before its first checkpoint, and its segment
+    lanes.segment_event(str(out), "r", event="start", commit="a" * 40, resume_update=0)
+    lanes.segment_event(str(out), "r", event="end", returncode=-9)
+    lanes.run_plan([_planned(tmp_path, "r", _writes_metrics(out / "r"))], str(out), say_todo=False)
+    assert [e["event"] for e in lanes.read_segments(str(out), "r")] == ["start", "end"]  # this attempt's only
+
+
+def test_segment_seconds_are_utc_whatever_the_local_zone(tmp_path, monkeypatch):
+    """Two hours across a daylight-saving change in the local zone are still two hours."""
+    events = [
+        {"time": "2026-03-29T01:30:00Z", "event": "start", "commit": "a" * 40, "resume_update": 0},
+        {"time": "2026-03-29T03:30:00Z", "event": "end", "returncode": 0},
+    ]
+    (tmp_path / "run.segments.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        assert lanes.segment_facts(str(tmp_path), "run")[0] == 7200
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_trainer_flags_need_folders_of_their_own(tmp_path, capsys):
+    """A small budget resumed from the plan's own checkpoints would end them and mark them finished."""
+    with pytest.raises(SystemExit) as stop:
+        mario_no_reward.main(["--runs", "rnd:0", "--num-global-steps", "1000"])
+    assert stop.value.code == 2 and "an --out and --results of their own" in capsys.readouterr().err
