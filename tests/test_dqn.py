@@ -309,6 +309,30 @@ class TinyFeat(nn.Layer):
         return self.fc(paddle.flatten(x, 1))
 
 
+def test_a_state_from_before_the_first_step_restores_fresh_optimizers():
+    """A DQN run takes a bad step back to the state kept at its start, before any optimizer had stepped:
+    the learner and SND-V start fresh moments and go on exactly as they did from the start."""
+    from common.run.checkpoint import copy_state
+
+    rng = np.random.default_rng(0)
+    obs, next_obs = (rng.integers(0, 256, (4, 1, 2, 2), dtype=np.uint8) for _ in range(2))
+    batch = (obs, np.array([0, 2, 1, 2]), np.ones(4, np.float32), np.zeros(4, np.float32), next_obs)
+    learner = make_learner()
+    start = copy_state(learner.state_dict())
+    first = learner.learn(*batch)["q"]
+    learner.learn(*batch)
+    learner.set_state_dict(start)
+    assert learner.train_count == 0 and learner.learn(*batch)["q"] == pytest.approx(first, rel=1e-6)
+
+    s = rng.integers(0, 256, (6, 2, 3, 3), dtype=np.uint8)
+    m = make_snd()
+    start = copy_state(m.state_dict())
+    first = m.target_step(s, s[:3])
+    m.target_step(s, s[:3])
+    m.set_state_dict(start)
+    assert m.target_step(s, s[:3]) == pytest.approx(first, rel=1e-6)
+
+
 def make_snd(**kw):
     paddle.seed(0)
     return SNDVArticle(TinyFeat(), TinyFeat(), lr=1e-3, seed=0, **kw)
@@ -669,3 +693,17 @@ def test_replay_bytes_is_what_the_memory_holds():
     m = ReplayMemory(50, (84, 84), 4)
     held = sum(a.nbytes for a in (m.frames, m.actions, m.rewards, m.terminals, m.firsts))
     assert replay_bytes(50, (84, 84)) == held
+
+
+@pytest.mark.slow
+def test_evaluations_never_change_what_is_trained(tmp_path):
+    """An evaluation's epsilon coins are its own: a run with evaluations trains the same weights as one without."""
+    from pong.train import main
+
+    flags = ["--agent", "dqn", *TINY, "--train-steps", "30", "--max-eval-steps", "30", "--test-epsilon", "0.5"]
+    flags += ["--log-path", str(tmp_path)]
+    runs = [main(flags + ["--eval-interval", str(every), "--run-name", f"e{every}"]) for every in (0, 10)]
+    weights = [load_checkpoint(r["checkpoint"])["policy"] for r in runs]
+    assert "eval/return" in tags_of(runs[1]["run_dir"]) and "eval/return" not in tags_of(runs[0]["run_dir"])
+    for name, w in weights[0].items():
+        np.testing.assert_array_equal(w.numpy(), weights[1][name].numpy(), err_msg=name)

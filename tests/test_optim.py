@@ -96,6 +96,16 @@ def test_a_reset_optimizers_state_resumes_in_a_fresh_optimizer():
     for p, q in zip(after, b.parameters()):
         np.testing.assert_array_equal(p, q.numpy())
 
+    c = adam(a.parameters(), 1e-2)  # a third Adam over a's parameters, loaded before its first step
+    a.set_state_dict(weights)
+    set_optimizer_state(c, state)
+    rng.bit_generator.state = rng_state
+    for _ in range(3):
+        _step(a, c, rng)
+    assert any(key.endswith("_moment1_2") for key in c.state_dict())
+    for p, q in zip(after, a.parameters()):
+        np.testing.assert_array_equal(p, q.numpy())
+
     a.set_state_dict(weights)  # and a rollback into the reset optimizer itself
     set_optimizer_state(opt_a, state)
     rng.bit_generator.state = rng_state

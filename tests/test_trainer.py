@@ -229,3 +229,66 @@ def test_with_ext_coef_0_the_game_reward_reaches_no_gradient(tmp_path):
         np.testing.assert_array_equal(a, b)
     differ = [_weights_after_one_learn(tmp_path, f"ext{k}", 1.0, scale) for k, scale in enumerate((1.0, -50.0))]
     assert any(not np.array_equal(a, b) for a, b in zip(*differ))
+
+
+def _same_state(a: dict, b: dict, where="checkpoint"):
+    """Every tensor, array and number of two (nested) states equal."""
+    assert set(a) == set(b), f"{where}: {sorted(set(a) ^ set(b))}"
+    for k in a:
+        x, y = a[k], b[k]
+        if isinstance(x, dict):
+            _same_state(x, y, f"{where}/{k}")
+        elif hasattr(x, "shape"):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{where}/{k}")
+        else:
+            assert x == y, f"{where}/{k}: {x!r} != {y!r}"
+
+
+SAVED = ("update", "global_step", "policy", "optimizer", "intrinsic", "int_filter", "int_rms", "rng", "obs_norm_ready")
+
+
+@pytest.mark.parametrize("where", ["warm-up", "collection", "update"])
+def test_a_stop_anywhere_saves_exactly_the_last_completed_update(where, tmp_path):
+    """A stop in the normalizer's warm-up, in a rollout or in an update drops that phase whole: the file
+    holds the same state as the last completed update's own checkpoint, the run's generator included, so
+    a resume goes on as the run would have (a half warm-up would be warmed up again on top)."""
+    import signal
+
+    done = 0 if where == "warm-up" else 1
+    ref = Trainer(MARIO, tiny(tmp_path, run_name="ref", num_global_steps=32, save_interval=0))
+    if done:
+        ref.train()
+    else:
+        ref.close()
+    t = Trainer(MARIO, tiny(tmp_path, run_name="cut", num_global_steps=96, save_interval=0))
+    calls = [0]
+
+    def then_stop(original, phase):
+        def wrapped(*args, **kw):
+            if phase == where and t.update == done:
+                calls[0] += 1
+                if calls[0] == 1:
+                    t.stop.signum = signal.SIGINT
+            return original(*args, **kw)
+
+        return wrapped
+
+    t.intrinsic.observe = then_stop(t.intrinsic.observe, "warm-up")
+    t.actor.act = then_stop(t.actor.act, "collection")
+    t.ppo.step = then_stop(t.ppo.step, "update")
+    result = t.train()
+    assert result["stopped_by_signal"] and result["update"] == done and calls[0] >= 1
+    cut = load_checkpoint(result["checkpoint"])
+    expected = load_checkpoint(ref.last_checkpoint) if done else ref.state_dict()
+    _same_state({k: expected[k] for k in SAVED}, {k: cut[k] for k in SAVED})
+
+
+def test_what_is_logged_never_changes_what_is_trained(tmp_path):
+    """The embedding projector's sample is drawn from a generator of its own, not the run's."""
+    runs = []
+    for every in (0, 1):
+        t = Trainer(MARIO, tiny(tmp_path, run_name=f"e{every}", embedding_interval=every, save_interval=0))
+        t.train()
+        runs.append(params(t.policy) + params(t.intrinsic.predictor) + [t.rng.bit_generator.state["state"]["state"]])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)

@@ -213,6 +213,7 @@ class DoubleDQN:
         self.target_update_interval = int(target_update_interval)
         self.double = bool(double)
         self.huber_delta = float(huber_delta)
+        self.lr = lr
         self.optimizer = adam(q_net.parameters(), lr, epsilon=KERAS_ADAM_EPSILON)
         for p in self.target_net.parameters():
             p.stop_gradient = True
@@ -289,6 +290,9 @@ class DoubleDQN:
     def set_state_dict(self, state: dict) -> None:
         load_weights(self.q_net, state["q_net"], "policy")
         load_weights(self.target_net, state["target_net"], "learner/target_net")
-        set_optimizer_state(self.optimizer, state["optimizer"])
+        if state["optimizer"]:
+            set_optimizer_state(self.optimizer, state["optimizer"])
+        else:  # a state from before the first step (what a bad first step is taken back to): fresh moments
+            self.optimizer = adam(self.q_net.parameters(), self.lr, epsilon=KERAS_ADAM_EPSILON)
         self.train_count = int(state["train_count"])
         self.sync_count = int(state["sync_count"])

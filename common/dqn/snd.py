@@ -105,9 +105,14 @@ class SNDVArticle(IntrinsicModule):
         self.target, self.predictor = target, predictor
         self.noise = float(noise)
         self.distill_pairing = distill_pairing
-        self.target_opt = adam(target.parameters(), lr, epsilon=_KERAS_ADAM_EPSILON)
-        self.predictor_opt = adam(predictor.parameters(), lr, epsilon=_KERAS_ADAM_EPSILON)
+        self.lr = lr
+        self.reset_optimizers()
         self.rng = np.random.default_rng(seed)
+
+    def reset_optimizers(self) -> None:
+        """Fresh optimizers (no moments), as before the first step."""
+        self.target_opt = adam(self.target.parameters(), self.lr, epsilon=_KERAS_ADAM_EPSILON)
+        self.predictor_opt = adam(self.predictor.parameters(), self.lr, epsilon=_KERAS_ADAM_EPSILON)
 
     # ------------------------------------------------------------------ inputs
     def _noisy(self, obs: np.ndarray) -> paddle.Tensor:
@@ -203,5 +208,9 @@ class SNDVArticle(IntrinsicModule):
 
     def set_state_dict(self, state: dict) -> None:
         load_distillation_state(self, state)
-        set_optimizer_state(self.target_opt, state["target_opt"])
-        set_optimizer_state(self.predictor_opt, state["predictor_opt"])
+        if not (state["target_opt"] and state["predictor_opt"]):  # a state from before the first step
+            self.reset_optimizers()
+        if state["target_opt"]:
+            set_optimizer_state(self.target_opt, state["target_opt"])
+        if state["predictor_opt"]:
+            set_optimizer_state(self.predictor_opt, state["predictor_opt"])

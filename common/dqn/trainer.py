@@ -310,11 +310,12 @@ class DQNTrainer:
         picture = bool(record) and cfg.uses_snd
         stacks, int_rewards = [], []  # the recorded episode's, for its intrinsic-reward picture
         ret, length, int_ret = 0.0, 0, 0.0
+        rng = np.random.default_rng([cfg.seed, seed])  # its own coins: an evaluation never changes training
         try:
             obs = env.reset(seed=seed)
             stacks.append(obs)  # s_0: the picture's frame of step s is stacks[s]
             for _ in range(cfg.max_eval_steps):
-                a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, self.rng)
+                a = epsilon_greedy(self.learner.q_values(obs[None])[0], cfg.test_epsilon, rng)
                 obs, r, done, _ = env.step(a)
                 ret += r
                 length += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from common.intrinsic.normalize import IntrinsicRewardScale
+from common.run.checkpoint import copy_state
 
 
 class IntrinsicStage:
@@ -27,6 +28,20 @@ class IntrinsicStage:
         gated = (cfg.int_first_visit and cfg.intrinsic != "none") or module.first_visit_gate
         eta = cfg.int_eta if cfg.int_reward == "snd" else None
         self.scale = IntrinsicRewardScale(cfg.int_gamma, num_envs, first_visit=gated, clip_eta=eta)
+
+    def warm_up(self, envs, obs: np.ndarray, steps: int, rng: np.random.Generator, stopped) -> tuple:
+        """The module's observation normalizer warmed up on ``steps`` steps of uniformly random actions in
+        ``envs`` from ``obs`` (RND's recipe): ``(last obs, finished)``. A stop (``stopped()`` true before a
+        step) gives the module and ``rng`` back as they were, so that the next start warms up afresh."""
+        module_before, rng_before = copy_state(self.module.state_dict()), rng.bit_generator.state
+        for _ in range(steps):
+            if stopped():
+                self.module.set_state_dict(module_before)
+                rng.bit_generator.state = rng_before
+                return obs, False
+            obs, _, _, _ = envs.step(rng.integers(0, envs.num_actions, size=envs.num_envs))
+            self.module.observe(obs)
+        return obs, True
 
     def pay(self, buf) -> np.ndarray:
         """Store the rollout's intrinsic rewards float32[T, N] in ``buf`` (a ``RolloutBuffer``); returns the

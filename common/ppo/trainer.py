@@ -21,6 +21,7 @@ writes files, and ``--num-global-steps`` counts the steps of every rank.
 from __future__ import annotations
 
 import collections
+import functools
 import time
 
 import numpy as np
@@ -61,19 +62,9 @@ from common.run.logger import Logger  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
-    "game",
-    "config",
-    "intrinsic_name",
-    "update",
-    "global_step",
-    "policy",
-    "optimizer",
-    "intrinsic",
-    "int_filter",
-    "int_rms",
-    "rng",
-    "obs_norm_ready",
-)
+    "game", "config", "intrinsic_name", "update", "global_step", "policy", "optimizer", "intrinsic",
+    "int_filter", "int_rms", "rng", "obs_norm_ready",
+)  # fmt: skip
 
 
 class _StopInUpdate(Exception):
@@ -232,14 +223,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases
     def init_obs_normalizer(self, obs: np.ndarray) -> np.ndarray:
-        """Random-agent warm-up of the intrinsic module's observation normalizer (RND)."""
-        for _ in range(self.cfg.obs_norm_steps):
-            if self.world.stop_now(self.stop):
-                break
-            actions = self.rng.integers(0, self.num_actions, size=self.cfg.num_envs)
-            obs, _, _, _ = self.envs.step(actions)
-            self.intrinsic.observe(obs)
-        self.obs_norm_ready = not self.world.stop_now(self.stop)
+        """Random-agent warm-up of the intrinsic module's observation normalizer (``IntrinsicStage.warm_up``)."""
+        stopped = functools.partial(self.world.stop_now, self.stop)
+        obs, self.obs_norm_ready = self.stage.warm_up(self.envs, obs, self.cfg.obs_norm_steps, self.rng, stopped)
         return obs
 
     def collect(self, obs: np.ndarray, notes: RolloutNotes | None = None):
@@ -298,8 +284,10 @@ class Trainer:
                     out, int_out = self.ppo.step(batch), {}
                 elif self._side is not None:
                     pending = self._side.submit(self.intrinsic.update, batch)
-                    out = self.ppo.step(batch)
-                    int_out = pending.result()
+                    try:
+                        out = self.ppo.step(batch)
+                    finally:  # awaited even when the PPO step fails: a rollback must not race it
+                        int_out = pending.result()
                 else:
                     out = self.ppo.step(batch)
                     int_out = self.intrinsic.update(batch) if out is not None else {}
@@ -409,32 +397,36 @@ class Trainer:
         ``(None, None)`` when a stop signal cut the rollout or its update short (nothing of it is learned)."""
         cfg, main = self.cfg, self.world.is_main  # rank 0 alone logs
         snapshot = copy_state(self.learned_state())  # what a failed update is rolled back to
-        scale_before = copy_state(self.int_scale.state_dict())  # and a stopped one too
+        before = copy_state(self.int_scale.state_dict()), self.rng.bit_generator.state  # and a dropped one too
         t0 = time.perf_counter()
         embed = main and bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
         picture = main and self._picture_due(self.update + 1)
         notes = RolloutNotes(self.spec, labels=embed and cfg.intrinsic != "none", records=picture)
         with self.math_threads():
             collected = self.collect(obs, notes)
-        if collected is None or self.world.stop_agreed(self.stop):
-            return None, None
-        obs, episodes = collected
-        episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
-        last_ext, last_int = self.actor.values(obs)
-        with self.math_threads():
-            raw_int = self.intrinsic_rewards()
-        episodic = cfg.int_episodic or cfg.int_reward == "snd"  # the SND authors' convention cuts it too
-        discounts = (cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef, episodic)
-        bootstrap = self.actor.values if cfg.bootstrap_truncated else None  # values of time-limit frames
-        self.buffer.compute_returns_and_advantages(
-            last_ext, last_int, *discounts, clip_reward=cfg.clip_reward, value_of=bootstrap
-        )
-        t1 = time.perf_counter()
         try:
+            if collected is None or self.world.stop_agreed(self.stop):
+                raise _StopInUpdate
+            obs, episodes = collected
+            episodes = self.world.gather_episodes(episodes)  # every rank's, on rank 0
+            last_ext, last_int = self.actor.values(obs)
+            with self.math_threads():
+                raw_int = self.intrinsic_rewards()
+            episodic = cfg.int_episodic or cfg.int_reward == "snd"  # the SND authors' convention cuts it too
+            discounts = (cfg.gamma, cfg.tau, cfg.int_gamma, cfg.ext_coef, cfg.int_coef, episodic)
+            bootstrap = self.actor.values if cfg.bootstrap_truncated else None  # values of time-limit frames
+            self.buffer.compute_returns_and_advantages(
+                last_ext, last_int, *discounts, clip_reward=cfg.clip_reward, value_of=bootstrap
+            )
+            t1 = time.perf_counter()
             losses = self._update(snapshot)
-        except _StopInUpdate:  # the rollout is dropped: every state is the last completed update's again
-            self.int_scale.set_state_dict(scale_before)
-            return None, None
+        except BaseException as e:  # a stop or an error: every state is the last completed update's again
+            self.set_learned_state(snapshot)
+            self.int_scale.set_state_dict(before[0])
+            self.rng.bit_generator.state = before[1]
+            if isinstance(e, _StopInUpdate):
+                return None, None
+            raise
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update
@@ -455,7 +447,9 @@ class Trainer:
         for message in messages:
             tqdm.write(message)
         if notes.labels is not None:
-            self.log.embeddings(self.update, self.buffer, notes.labels, self.intrinsic.features, self.rng)
+            # a sample of its own: what is logged never changes what is trained
+            picks = np.random.default_rng([cfg.seed, self.update])
+            self.log.embeddings(self.update, self.buffer, notes.labels, self.intrinsic.features, picks)
         if notes.records is not None:
             self.log.picture(self.update, rollout, raw_int, notes.records)
         if cfg.eval_interval and self.update % cfg.eval_interval == 0 and main:

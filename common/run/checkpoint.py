@@ -295,6 +295,17 @@ def _accumulators(optimizer, keys):
     return found
 
 
+def _next_name(key: str) -> str:
+    """The name Paddle's next ``unique_name.generate(key)`` will return: an optimizer names each moment so
+    when it makes it, at its first step (``..._0``, or ``..._1`` for a second Adam over the same parameters)."""
+    try:
+        from paddle.base import unique_name
+
+        return f"{unique_name.generator.prefix}{key}_{unique_name.generator.ids.get(key, 0)}"
+    except (ImportError, AttributeError):  # another Paddle: its first name
+        return f"{key}_0"
+
+
 def optimizer_state(optimizer) -> dict:
     """``optimizer.state_dict()`` keyed ``@param<position>_<accumulator>`` (``@param0_moment1``).
 
@@ -315,7 +326,7 @@ def set_optimizer_state(optimizer, state: dict) -> None:
     if not isinstance(state, dict):
         raise ValueError(f"optimizer state: a {type(state).__name__} where a dict was expected")
     params = optimizer._parameter_list
-    # an optimizer that has stepped has its accumulators' names; one that has not takes Paddle's first
+    # an optimizer that has stepped has its accumulators' names; one that has not, the names it will make
     existing = _accumulators(optimizer, optimizer.state_dict())
     renamed = {}
     for key, value in state.items():
@@ -331,7 +342,7 @@ def set_optimizer_state(optimizer, state: dict) -> None:
                 raise ValueError(
                     f"optimizer state {key!r}: shape {tuple(value.shape)}, its parameter's is {tuple(param.shape)}"
                 )
-            key = existing.get((int(idx), rest), f"{param.name}_{rest}_0")
+            key = existing.get((int(idx), rest)) or _next_name(f"{param.name}_{rest}")
         renamed[key] = value
     optimizer.set_state_dict(renamed)
 
