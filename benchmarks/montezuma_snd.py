@@ -244,10 +244,11 @@ def _step(v):
     return "-" if v is None else f"{v / 1e6:.2f}M"
 
 
-def _last_mean(values, n=8):
-    """The mean of the last ``n`` non-empty bins (the last ~0.5M agent steps), or None."""
-    vals = [v for v in values if v is not None][-n:]
-    return None if not vals else float(np.mean(vals))
+def _last_mean(curve, n=8):
+    """Positive-reward events per episode over the episodes of the last ``n`` non-empty bins (the last
+    ~0.5M agent steps), each bin weighted by its episodes, or None."""
+    bins = [(v, k) for v, k in zip(curve["events"], curve["episodes"]) if v is not None and k][-n:]
+    return None if not bins else sum(v * k for v, k in bins) / sum(k for _, k in bins)
 
 
 def markdown(summaries) -> str:
@@ -258,6 +259,8 @@ def markdown(summaries) -> str:
         "`docs/results/montezuma_snd/*.json`. Training episodes (sticky actions, sampled actions); "
         "'events' are steps with a positive reward (the SND authors' chart: 1 about the key, 2 the key "
         "and a door); 'last 0.5M' is the mean over the episodes of the last 8 bins of 65,536 agent steps. "
+        "A 'first' column is the agent step at the end of the update in which that episode ended: the "
+        "event itself came earlier in the episode, by up to its length x 128 agent steps. "
         "Hours are the logged wall time on the shared 2-core machine.",
         "",
         "| method | seed | status | agent steps | hours | rooms reached | most rooms in an episode "
@@ -266,7 +269,7 @@ def markdown(summaries) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
-        last = _last_mean(s["curve"]["events"])
+        last = _last_mean(s["curve"])
         hours = "-" if s["logged_hours"] is None else f"{s['logged_hours']:.2f}"
         lines.append(
             f"| {METHODS[s['method']]} | {s['seed']} | {s['status']} | {s['agent_steps']:,} | {hours} "
