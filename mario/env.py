@@ -212,7 +212,8 @@ class MarioEnv(GameEnv):
 
     ``step(a)`` returns ``(obs, reward, done, info)`` with ``info`` holding the game's
     fields (x_pos, y_pos, flag_get, score, coins, life, time, world, stage, status)
-    as plain Python values. After ``done`` call ``reset()``.
+    as plain Python values, and ``x_max``, the episode's farthest x_pos so far. After ``done`` call
+    ``reset()``.
     """
 
     observation_shape = (STACK, OBS_SIZE, OBS_SIZE)
@@ -228,7 +229,7 @@ class MarioEnv(GameEnv):
         # the tutorial's CustomSkipFrame: 4 frames, the max of the last two gray frames, a stack of 4
         self.skip = FrameSkip(FRAME_SKIP, pool=2)
         self.stack = FrameStack(STACK, (OBS_SIZE, OBS_SIZE), fill="repeat")
-        self.curr_score = 0
+        self.curr_score = self.x_max = 0
         self._bgrx = bgrx_view(raw.screen)  # the screen's memory, read in place (None: copy the RGB view)
         self._frame, self._info = None, {}
 
@@ -273,6 +274,9 @@ class MarioEnv(GameEnv):
         if done:
             self._needs_reset = True
         info = {k: _plain(v) for k, v in self._info.items()}
+        # x_pos starts again in 1-1's coin room (through the fourth pipe; its exit is at 2,616):
+        # x_max, the farthest x_pos of the episode, is the distance that survives it
+        self.x_max = info["x_max"] = max(self.x_max, info.get("x_pos", 0))
         return obs, float(total_reward), bool(done), info
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -280,7 +284,7 @@ class MarioEnv(GameEnv):
         self._begin_reset()
         frame = self.env.reset()
         self._record(frame)
-        self.curr_score = 0
+        self.curr_score = self.x_max = 0
         self._needs_reset = False
         return self.stack.reset(self._gray(frame))
 

@@ -113,6 +113,7 @@ def make_intrinsic_networks(cfg, in_channels):
 def episode_metrics(info: dict) -> dict:
     return {
         "x_pos": float(info.get("x_pos", 0)),
+        "x_max": float(info.get("x_max", info.get("x_pos", 0))),  # the farthest (x_pos restarts in a coin room)
         "flag": float(bool(info.get("flag_get", False))),
         "score": float(info.get("score", 0)),
     }

@@ -160,6 +160,21 @@ def test_flag_branch_adds_50_plus_time(env):
     assert reward == pytest.approx((50 + info["time"]) / 10.0)
 
 
+def test_x_max_keeps_the_farthest_x_pos_of_the_episode(env):
+    """x_pos starts again in 1-1's coin room (RAM poked as it reads there); x_max keeps the farthest."""
+    env.reset()
+    for _ in range(20):
+        info = env.step(1)[3]  # right
+    far = info["x_pos"]
+    assert info["x_max"] == far > 40
+    env.unwrapped.ram[0x6D], env.unwrapped.ram[0x86] = 0, 24  # the page and the x within it
+    info = env.step(0)[3]
+    assert info["x_pos"] < far and info["x_max"] == far
+    env.reset()
+    info = env.step(0)[3]
+    assert info["x_max"] == info["x_pos"] < far
+
+
 def test_info_is_plain_python_and_pickles_small(env):
     env.reset()
     obs, reward, done, info = env.step(1)
