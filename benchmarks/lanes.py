@@ -575,8 +575,12 @@ def pack_state(plan, out, state) -> list:
         segments = os.path.join(out, run.name + ".segments.jsonl")
         if os.path.exists(segments):
             shutil.copy2(segments, os.path.join(tmp, "segments.jsonl"))
-        shutil.rmtree(dest, ignore_errors=True)
+        old = dest + ".old"  # the earlier pack stays until the new one is in place
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.exists(dest):
+            os.replace(dest, old)
         os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
         packed.append(run.name)
         mb = os.path.getsize(os.path.join(dest, "models", os.path.basename(ckpt))) / 2**20
         print(f"{run.name}: packed {os.path.basename(ckpt)} ({mb:.1f} MB slimmed) into {dest}")
@@ -600,7 +604,7 @@ def restore_state(out, state) -> list:
     for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
         src, run_dir = os.path.join(state, name), os.path.join(out, name)
         prefix, packed = _packed_checkpoint(src)
-        if name.endswith(".tmp") or prefix is None:
+        if name.endswith((".tmp", ".old")) or prefix is None:
             continue
         if os.path.exists(run_dir):
             if newest_checkpoint(run_dir, prefix)[1] >= packed and numbered_checkpoints(run_dir, prefix):
