@@ -296,8 +296,8 @@ def _accumulators(optimizer, keys):
 
 
 def _next_name(key: str) -> str:
-    """The name Paddle's next ``unique_name.generate(key)`` will return: an optimizer names each moment so
-    when it makes it, at its first step (``..._0``, or ``..._1`` for a second Adam over the same parameters)."""
+    """The name Paddle's next ``unique_name.generate(key)`` will return. An optimizer names each moment
+    when it makes it, at its first step: ``..._0``, or ``..._1`` for a second Adam over the same parameters."""
     try:
         from paddle.base import unique_name
 
