@@ -101,20 +101,34 @@ def interrupt_on_sigterm():
     signal.signal(signal.SIGTERM, _interrupt)
 
 
-def stop_runs(procs):
+#: seconds a run gets to finish its step and save once stopped (a Montezuma update takes ~140 s)
+STOP_GRACE = 900.0
+
+
+def stop_runs(procs, grace=STOP_GRACE):
     """Send SIGINT to each ``subprocess.Popen`` still running (a trainer finishes its step, saves and
     exits 130), then wait for all of them; returns their return codes. A second Ctrl-C or SIGTERM
-    while waiting does not cut the wait short (each run still gets to save)."""
+    while waiting does not cut the wait short (each run still gets to save); a run still going after
+    ``grace`` seconds is killed with its session (its env workers), said so, and never waited on forever."""
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace
     codes = []
     for proc in procs:
-        try:
-            codes.append(proc.wait())
-        except KeyboardInterrupt:
-            codes.append(proc.wait())
+        while True:
+            try:
+                codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
+                break
+            except KeyboardInterrupt:
+                continue
+            except subprocess.TimeoutExpired:
+                print(f"run {proc.pid} did not stop within {grace:.0f} s of the signal: killed", flush=True)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: the trainer and its workers
+                codes.append(proc.wait())
+                break
     return codes
 
 

@@ -123,3 +123,16 @@ def test_trainer_flags_need_folders_of_their_own(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         mario_no_reward.main(["--runs", "rnd:0", "--num-global-steps", "1000"])
     assert stop.value.code == 2 and "an --out and --results of their own" in capsys.readouterr().err
+
+
+def test_a_run_that_ignores_the_stop_is_killed_after_the_grace_period():
+    import subprocess
+
+    code = (
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout.readline().strip() == b"ready"
+    t0 = time.monotonic()
+    assert lanes.stop_runs([proc], grace=1.0) == [-signal.SIGKILL]
+    assert time.monotonic() - t0 < 10
