@@ -615,10 +615,14 @@ def restore_state(out, state) -> list:
     least as new: a folder that is missing, has no checkpoint (a start that died) or an older one is
     replaced. The checkpoint goes back to float32 (``unslim_checkpoint``); returns the names."""
     restored = []
-    for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
-        src, run_dir = os.path.join(state, name), os.path.join(out, name)
+    for entry in sorted(os.listdir(state)) if os.path.isdir(state) else []:
+        # a pack cut short between its two renames left only the earlier one, as <name>.old
+        name = entry.removesuffix(".old")
+        if entry.endswith(".tmp") or (entry != name and os.path.exists(os.path.join(state, name))):
+            continue
+        src, run_dir = os.path.join(state, entry), os.path.join(out, name)
         prefix, packed = _packed_checkpoint(src)
-        if name.endswith((".tmp", ".old")) or prefix is None:
+        if prefix is None:
             continue
         if os.path.exists(run_dir):
             if newest_checkpoint(run_dir, prefix)[1] >= packed and numbered_checkpoints(run_dir, prefix):
@@ -645,8 +649,8 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` and
     ``TRAINER``, its runs' train script. Flags it does not know go to the trainer of every run (checks, e.g.
     a small budget), once the trainer's parser has accepted them (a misspelt flag of the suite's own,
-    ``--report-onyl``, is refused before anything runs), and only with an ``--out`` and ``--results`` of their
-    own. Returns 1 when a run failed, else 0. A suite adds
+    ``--report-onyl``, is refused before anything runs), and, unless they are ``HOW_NOT_WHAT``, only with an
+    ``--out``, ``--results`` and ``--state`` of their own. Returns 1 when a run failed, else 0. A suite adds
     flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
     before its report is written."""
     import argparse
@@ -662,18 +666,24 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         "--status", action="store_true", help="print each summary's status and the planned runs still to do, and stop"
     )
     p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
-    p.add_argument("--state", default=suite.LANE_STATE, help="folder of packed resume state (restored when missing)")
+    p.add_argument(
+        "--state",
+        default=suite.LANE_STATE,
+        help="folder of packed resume state (restored where no newer checkpoint is)",
+    )
     if add_arguments is not None:
         add_arguments(p)
     args, extra = p.parse_known_args(argv)
     if extra:
         check_trainer_flags(p, suite.TRAINER, extra)
-        if not (args.report_only or args.status) and (args.out == suite.OUT or args.results == suite.RESULTS):
-            # e.g. a small budget: resumed from the plan's own checkpoints it would end them, and its
-            # summaries would mark the plan's runs finished
+        changing = [f for f in extra if f.startswith("--") and f.split("=")[0] not in HOW_NOT_WHAT]
+        plans = [(args.out, suite.OUT), (args.results, suite.RESULTS), (args.state, suite.LANE_STATE)]
+        if changing and not (args.report_only or args.status) and any(_same(a, b) for a, b in plans):
+            # e.g. a small budget: resumed from the plan's own checkpoints or packs it would end them, and
+            # its summaries would mark the plan's runs finished
             p.error(
-                f"trainer flags {' '.join(extra)} change the runs: give them an --out and --results of their "
-                f"own (not {suite.OUT!r} and {suite.RESULTS!r}, the plan's)"
+                f"trainer flags {' '.join(changing)} change the runs: give them an --out, --results and --state "
+                f"of their own (not the plan's {suite.OUT!r}, {suite.RESULTS!r}, {suite.LANE_STATE!r})"
             )
     if (args.report_only or args.status) and not os.path.isdir(args.results):
         p.error(f"--results {args.results!r} is not a folder: expected the folder of the runs' summaries")
@@ -701,6 +711,14 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         before_report(args)
     print("report:", suite.write_report(args.results, args.docs))
     return 1 if failed else 0
+
+
+#: trainer flags that change how a run computes, not what it learns: allowed on the plan's own runs
+HOW_NOT_WHAT = frozenset({"--device", "--num-threads", "--num-workers", "--inference"})
+
+
+def _same(a, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def check_trainer_flags(parser, trainer: str, extra) -> None:

@@ -16,8 +16,8 @@ process is appended to ``<out>/<run name>.segments.jsonl`` (time, commit, steps)
 can say what ran when (the scheduler is ``lanes.run_plan``). A run longer than one machine's life
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
 rounded weights, no optimizer moments), config, metrics and segments into
-``benchmarks/lane_state/mario_flag/`` to be committed, and a later invocation that finds no folder for
-the run restores them and resumes from that checkpoint.
+``benchmarks/lane_state/mario_flag/`` to be committed, and a later invocation that finds no newer
+checkpoint of the run restores them and resumes from that checkpoint.
 
 A run's summary ``<results>/<run name>.json`` (curves, first flag, hours, segments) is rewritten
 at every new checkpoint while it runs (``"status": "running"``) and once more when it ends

@@ -14,7 +14,7 @@ continues from its newest checkpoint (``lanes.run_plan``). A run longer than one
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
 float16 weights, the large matrices int8, no optimizer moments), with its config,
 metrics and segments into ``benchmarks/lane_state/montezuma_snd/`` to be committed; a later invocation
-that finds no folder for the run restores them and resumes there (fresh Adam moments, rounded weights:
+that finds no newer checkpoint of the run restores them and resumes there (fresh Adam moments, rounded weights:
 a resumed run's segments show where).
 
 A run's summary ``docs/results/montezuma_snd/<run name>.json`` (curves per 65,536 agent steps, rooms,

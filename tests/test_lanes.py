@@ -119,10 +119,20 @@ def test_segment_seconds_are_utc_whatever_the_local_zone(tmp_path, monkeypatch):
 
 
 def test_trainer_flags_need_folders_of_their_own(tmp_path, capsys):
-    """A small budget resumed from the plan's own checkpoints would end them and mark them finished."""
-    with pytest.raises(SystemExit) as stop:
-        mario_no_reward.main(["--runs", "rnd:0", "--num-global-steps", "1000"])
-    assert stop.value.code == 2 and "an --out and --results of their own" in capsys.readouterr().err
+    """A small budget resumed from the plan's own checkpoints or packs would end them and mark them finished."""
+    own = ["--out", str(tmp_path / "out"), "--results", str(tmp_path / "results")]
+    for folders in ([], own):  # the plan's folders; its packs (the default --state) still
+        with pytest.raises(SystemExit) as stop:
+            mario_no_reward.main(["--runs", "rnd:0", "--num-global-steps", "1000", *folders])
+        assert stop.value.code == 2 and "--out, --results and --state of their own" in capsys.readouterr().err
+
+
+def test_a_pack_cut_short_between_its_renames_is_restored_from_the_earlier_one(tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    _packed(state, "r", 4)
+    os.replace(state / "r", state / "r.old")  # the stop came after the first rename
+    assert lanes.restore_state(str(out), str(state)) == ["r"]
+    assert lanes.newest_checkpoint(str(out / "r"), "x")[1] == 4
 
 
 def test_a_run_that_ignores_the_stop_is_killed_after_the_grace_period():

@@ -247,12 +247,16 @@ def _same_state(a: dict, b: dict, where="checkpoint"):
 SAVED = ("update", "global_step", "policy", "optimizer", "intrinsic", "int_filter", "int_rms", "rng", "obs_norm_ready")
 
 
+@pytest.mark.parametrize("how", ["stop", "error"])
 @pytest.mark.parametrize("where", ["warm-up", "collection", "update"])
-def test_a_stop_anywhere_saves_exactly_the_last_completed_update(where, tmp_path):
-    """A stop in the normalizer's warm-up, in a rollout or in an update drops that phase whole: the file
-    holds the same state as the last completed update's own checkpoint, the run's generator included, so
-    a resume goes on as the run would have (a half warm-up would be warmed up again on top)."""
+def test_a_stop_or_an_error_anywhere_saves_exactly_the_last_completed_update(where, how, tmp_path):
+    """A stop or an error (an env worker's, say) in the normalizer's warm-up, in a rollout or in an update
+    drops that phase whole: the file holds the same state as the last completed update's own checkpoint,
+    the run's generator included, so a resume goes on as the run would have (a half warm-up would be
+    warmed up again on top)."""
     import signal
+
+    from common.run.errors import RunStoppedError
 
     done = 0 if where == "warm-up" else 1
     ref = Trainer(MARIO, tiny(tmp_path, run_name="ref", num_global_steps=32, save_interval=0))
@@ -267,7 +271,9 @@ def test_a_stop_anywhere_saves_exactly_the_last_completed_update(where, tmp_path
         def wrapped(*args, **kw):
             if phase == where and t.update == done:
                 calls[0] += 1
-                if calls[0] == 1:
+                if calls[0] == 2 and how == "error":  # after a first step of the phase
+                    raise OSError("injected: an env worker's pipe broke")
+                if calls[0] == 1 and how == "stop":
                     t.stop.signum = signal.SIGINT
             return original(*args, **kw)
 
@@ -276,9 +282,14 @@ def test_a_stop_anywhere_saves_exactly_the_last_completed_update(where, tmp_path
     t.intrinsic.observe = then_stop(t.intrinsic.observe, "warm-up")
     t.actor.act = then_stop(t.actor.act, "collection")
     t.ppo.step = then_stop(t.ppo.step, "update")
-    result = t.train()
-    assert result["stopped_by_signal"] and result["update"] == done and calls[0] >= 1
-    cut = load_checkpoint(result["checkpoint"])
+    if how == "error":
+        with pytest.raises(RunStoppedError, match="injected"):
+            t.train()
+    else:
+        result = t.train()
+        assert result["stopped_by_signal"] and result["update"] == done
+    assert calls[0] >= (2 if how == "error" else 1) and t.update == done
+    cut = load_checkpoint(t.last_checkpoint)
     expected = load_checkpoint(ref.last_checkpoint) if done else ref.state_dict()
     _same_state({k: expected[k] for k in SAVED}, {k: cut[k] for k in SAVED})
 

@@ -32,16 +32,23 @@ class IntrinsicStage:
     def warm_up(self, envs, obs: np.ndarray, steps: int, rng: np.random.Generator, stopped) -> tuple:
         """The module's observation normalizer warmed up on ``steps`` steps of uniformly random actions in
         ``envs`` from ``obs`` (RND's recipe): ``(last obs, finished)``. A stop (``stopped()`` true before a
-        step) gives the module and ``rng`` back as they were, so that the next start warms up afresh."""
+        step) or an error gives the module and ``rng`` back as they were, so that the next start warms up
+        afresh."""
         module_before, rng_before = copy_state(self.module.state_dict()), rng.bit_generator.state
-        for _ in range(steps):
-            if stopped():
+        finished = False
+        try:
+            for _ in range(steps):
+                if stopped():
+                    break
+                obs, _, _, _ = envs.step(rng.integers(0, envs.num_actions, size=envs.num_envs))
+                self.module.observe(obs)
+            else:
+                finished = True
+        finally:
+            if not finished:
                 self.module.set_state_dict(module_before)
                 rng.bit_generator.state = rng_before
-                return obs, False
-            obs, _, _, _ = envs.step(rng.integers(0, envs.num_actions, size=envs.num_envs))
-            self.module.observe(obs)
-        return obs, True
+        return obs, finished
 
     def pay(self, buf) -> np.ndarray:
         """Store the rollout's intrinsic rewards float32[T, N] in ``buf`` (a ``RolloutBuffer``); returns the

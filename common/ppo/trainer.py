@@ -402,9 +402,9 @@ class Trainer:
         embed = main and bool(cfg.embedding_interval) and (self.update + 1) % cfg.embedding_interval == 0
         picture = main and self._picture_due(self.update + 1)
         notes = RolloutNotes(self.spec, labels=embed and cfg.intrinsic != "none", records=picture)
-        with self.math_threads():
-            collected = self.collect(obs, notes)
         try:
+            with self.math_threads():
+                collected = self.collect(obs, notes)
             if collected is None or self.world.stop_agreed(self.stop):
                 raise _StopInUpdate
             obs, episodes = collected
