@@ -86,30 +86,18 @@ def test_a_reset_optimizers_state_resumes_in_a_fresh_optimizer():
         _step(a, opt_a, rng)
     after = [p.numpy() for p in a.parameters()]
 
-    b = _net()  # a fresh network and optimizer, as in the next process
-    b.set_state_dict(weights)
-    opt_b = adam(b.parameters(), 1e-2)
-    set_optimizer_state(opt_b, state)
-    rng.bit_generator.state = rng_state
-    for _ in range(3):
-        _step(b, opt_b, rng)
-    for p, q in zip(after, b.parameters()):
-        np.testing.assert_array_equal(p, q.numpy())
+    def replays(net, opt):  # the saved state loaded into (net, opt): the same three steps follow
+        net.set_state_dict(weights)
+        set_optimizer_state(opt, state)
+        rng.bit_generator.state = rng_state
+        for _ in range(3):
+            _step(net, opt, rng)
+        for p, q in zip(after, net.parameters()):
+            np.testing.assert_array_equal(p, q.numpy())
+        return opt
 
-    c = adam(a.parameters(), 1e-2)  # a third Adam over a's parameters, loaded before its first step
-    a.set_state_dict(weights)
-    set_optimizer_state(c, state)
-    rng.bit_generator.state = rng_state
-    for _ in range(3):
-        _step(a, c, rng)
+    b = _net()
+    replays(b, adam(b.parameters(), 1e-2))  # a fresh network and optimizer, as in the next process
+    c = replays(a, adam(a.parameters(), 1e-2))  # a third Adam over a's parameters, loaded before its first step
     assert any(key.endswith("_moment1_2") for key in c.state_dict())
-    for p, q in zip(after, a.parameters()):
-        np.testing.assert_array_equal(p, q.numpy())
-
-    a.set_state_dict(weights)  # and a rollback into the reset optimizer itself
-    set_optimizer_state(opt_a, state)
-    rng.bit_generator.state = rng_state
-    for _ in range(3):
-        _step(a, opt_a, rng)
-    for p, q in zip(after, a.parameters()):
-        np.testing.assert_array_equal(p, q.numpy())
+    replays(a, opt_a)  # and a rollback into the reset optimizer itself
