@@ -625,7 +625,8 @@ def restore_state(out, state) -> list:
         if prefix is None:
             continue
         if os.path.exists(run_dir):
-            if newest_checkpoint(run_dir, prefix)[1] >= packed and numbered_checkpoints(run_dir, prefix):
+            local, newest = newest_checkpoint(run_dir, prefix)
+            if local is not None and newest >= packed:
                 continue
             shutil.rmtree(run_dir)
         tmp = run_dir + ".tmp"

@@ -299,18 +299,15 @@ class Trainer:
         return {k: v / counts[k] for k, v in sums.items()}
 
     def _update(self, snapshot: dict):
-        """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot``
-        (raises ``_StopInUpdate`` after rolling back when a stop signal cut it short)."""
-        try:
-            losses = self.learn()
-            nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
-            if losses is not None and not all_finite(nets):
-                losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
-            if not self.world.all(losses is not None):  # every rank keeps the update, or none does
-                losses = None
-        except BaseException:
-            self.set_learned_state(snapshot)
-            raise
+        """``learn`` as all or nothing: returns the losses, or None after rolling back to ``snapshot`` (a
+        non-finite update). An exception (``_StopInUpdate`` for a stop) passes on: ``one_update`` rolls
+        back the whole update for it."""
+        losses = self.learn()
+        nets = [self.policy.state_dict(), self.intrinsic.state_dict()]
+        if losses is not None and not all_finite(nets):
+            losses = None  # finite losses, but a step pushed a weight to inf/NaN (e.g. a huge --lr)
+        if not self.world.all(losses is not None):  # every rank keeps the update, or none does
+            losses = None
         if losses is None:
             self.set_learned_state(snapshot)
             self.logger.scalar(tags.NAN_UPDATES, self.nonfinite.total + 1, self.global_step + self.steps_per_update)

@@ -281,6 +281,10 @@ def check_compatible(state: dict, game: str, expected: dict, path: str = "checkp
             raise CheckpointError(f"{path}: {key} is {have!r} in the checkpoint but {want!r} in this run")
 
 
+#: the counter Paddle's ``unique_name`` puts after an accumulator's name (``_0`` of ``moment1_0``)
+_COUNTER = re.compile(r"_\d+$")
+
+
 def _accumulators(optimizer, keys):
     """{(parameter position, accumulator): key} for the keys of ``optimizer``'s state that belong to a
     parameter; an accumulator is the key's end without Paddle's counter (``moment1`` of
@@ -290,7 +294,7 @@ def _accumulators(optimizer, keys):
     for key in keys:
         for name, i in names:
             if key.startswith(name + "_"):
-                found[(i, re.sub(r"_\d+$", "", key[len(name) + 1 :]))] = key
+                found[(i, _COUNTER.sub("", key[len(name) + 1 :]))] = key
                 break
     return found
 
@@ -332,7 +336,7 @@ def set_optimizer_state(optimizer, state: dict) -> None:
     for key, value in state.items():
         if key.startswith("@param"):
             idx, _, rest = key[len("@param") :].partition("_")
-            rest = re.sub(r"_\d+$", "", rest)  # files written before the counter was dropped
+            rest = _COUNTER.sub("", rest)  # files written before the counter was dropped
             if not idx.isdigit() or int(idx) >= len(params):
                 raise ValueError(f"optimizer state {key!r}: the optimizer has parameters 0 to {len(params) - 1}")
             param = params[int(idx)]
