@@ -47,8 +47,11 @@ from benchmarks import lanes  # noqa: E402
 from common.run import logger as tags  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 from montezuma.env import rooms_of_mask  # noqa: E402
+from montezuma.train import MontezumaConfig  # noqa: E402
 
 RECIPE = "snd-montezuma"
+_ROLLOUT = MontezumaConfig.RECIPES[RECIPE].values
+STEPS_PER_UPDATE = _ROLLOUT["num_processes"] * _ROLLOUT["num_local_steps"]  # agent steps per update
 #: the plan of docs/montezuma.md, in order: (method, seed)
 PLAN = (
     ("none", 0),
@@ -260,8 +263,11 @@ def markdown(summaries) -> str:
         "'events' are steps with a positive reward (the SND authors' chart: 1 about the key, 2 the key "
         "and a door); 'last 0.5M' is the mean over the episodes of the last 8 bins of 65,536 agent steps. "
         "A 'first' column is the agent step at the end of the update in which that episode ended: the "
-        "event itself came earlier in the episode, by up to its length x 128 agent steps. "
-        "Hours are the logged wall time on the shared 2-core machine.",
+        "event itself came earlier, by up to (the episode's length + 127) x 128 agent steps. "
+        "Hours are the logged wall time on the shared 2-core machine. A resume (the segments below; "
+        "ticks on the curves) starts every env on a new episode and the episodes in flight at the stop "
+        "are not logged, so for a while after it only short episodes can end: the bins just after a "
+        "resume under-count events (measured in the prose).",
         "",
         "| method | seed | status | agent steps | hours | rooms reached | most rooms in an episode "
         "| best score | first key | first score >= 400 | first 2nd room | events, last 0.5M "
@@ -280,6 +286,12 @@ def markdown(summaries) -> str:
         )
     lines += ["", *lanes.segments_table(summaries, RUNS.name_of)]
     return "\n".join(lines)
+
+
+def resume_steps(summary) -> list:
+    """The agent steps at which a run was resumed (each later start of its process)."""
+    starts = [e for e in summary["segments"] if e.get("event") == "start"]
+    return [e["resume_update"] * STEPS_PER_UPDATE for e in starts if e.get("resume_update")]
 
 
 def plot(summaries, path):
@@ -302,6 +314,8 @@ def plot(summaries, path):
                 ys = np.array([np.nan if v is None else v for v in c[key]], float)
                 style = dict(color=COLORS[method], ls=lanes.SEED_LINES[s["seed"] % 3], alpha=0.85, lw=1)
                 ax.plot(c["steps"], ys, label=f"{METHODS[method]} s{s['seed']}", **style)
+                for x in resume_steps(s):  # a resume's new episodes: the bins after it under-count
+                    ax.axvline(x, ymax=0.04, color=COLORS[method], lw=1.5)
                 curves.append((np.array(c["steps"]), ys))
             if len(curves) > 1:
                 n = min(len(x) for x, _ in curves)

@@ -207,3 +207,16 @@ def test_status_line_says_never_where_no_run_scored_400():
     summaries = {s["method"]: s for s in bench.RUNS.load(os.path.join(ROOT, "docs", "results", "montezuma_snd"))}
     assert bench.describe(summaries["snd-vic"]).endswith("first 400 at 917,504 steps")
     assert bench.describe(summaries["none"]).endswith("never 400")
+
+
+def test_resume_steps_are_the_later_starts_of_a_run():
+    """The report's curve ticks: each start after the first, at its update's agent step."""
+    seg = [
+        {"event": "start", "resume_update": 0},
+        {"event": "end", "returncode": 130},
+        {"event": "start", "resume_update": 40},
+        {"event": "start", "resume_update": 90},  # a start without an end (killed)
+        {"event": "end", "returncode": 0},
+    ]
+    assert bench.STEPS_PER_UPDATE == 128 * 128  # the recipe's rollout
+    assert bench.resume_steps({"segments": seg}) == [40 * 16384, 90 * 16384]
