@@ -112,6 +112,20 @@ def test_forward_filter_runs_along_time_per_env():
     np.testing.assert_allclose(f.update(np.array([0.0, 0.0])), [1.125, 1.75])
 
 
+def test_forward_filter_refuses_a_state_summed_with_another_discount():
+    """A resume with another --int-gamma would keep the file's returns under the new name: refused."""
+    f = RewardForwardFilter(gamma=0.99, num_envs=2)
+    f.update(np.array([1.0, 2.0]))
+    same = RewardForwardFilter(gamma=0.99, num_envs=2)
+    same.set_state_dict(f.state_dict())
+    np.testing.assert_array_equal(same.rewems, f.rewems)
+    other = RewardForwardFilter(gamma=0.999, num_envs=2)
+    refused = r"gamma 0\.99, this run's --int-gamma is 0\.999: resume with --int-gamma 0\.99"
+    with pytest.raises(ValueError, match=refused):
+        other.set_state_dict(f.state_dict())
+    assert other.gamma == 0.999 and not other.rewems.any()
+
+
 def test_minibatches_give_the_intrinsic_module_the_frames_it_scores():
     """Where an episode ended, ``next_obs`` is the true terminal frame (scored by the reward), not the reset frame."""
     T, N = 5, 3

@@ -102,9 +102,14 @@ class RewardForwardFilter:
         gamma = state["gamma"]
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma is {str(gamma)[:40]}: expected a discount in [0, 1]")
+        if float(gamma) != self.gamma:  # the run's --int-gamma is the truth; its returns were summed with the file's
+            raise ValueError(
+                f"the checkpoint's intrinsic return was discounted with gamma {gamma}, this run's --int-gamma is "
+                f"{self.gamma}: resume with --int-gamma {gamma}"
+            )
         if not np.isfinite(rewems).all():
             raise ValueError("rewems hold a NaN or an infinity")
-        self.gamma, self.rewems = float(gamma), rewems
+        self.rewems = rewems
 
 
 class FirstVisitGate:

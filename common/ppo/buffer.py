@@ -5,8 +5,10 @@ Observations are stored once, as uint8, for T+1 time steps: ``obs[t]`` is s_t an
 ended at step t, ``obs[t+1]`` is already the first frame of the next episode; the
 true terminal frame is kept in ``terminal_obs``. Both the intrinsic reward
 (``next_obs_for_reward``) and the intrinsic module's training batches
-(``minibatches``' ``next_obs``) use the true terminal frame, so the predictor
-learns exactly the frames it is rewarded for.
+(``minibatches``' ``next_obs``) use the true terminal frame, so under the default reward
+convention the predictor learns exactly the frames it is rewarded for. (Under ``--int-reward
+snd`` a step is paid for s_t, as in the SND authors' code, while the game's networks still learn
+s_{t+1}; ``--snd-network authors`` learns s_t: docs/sources.md, section 4.1.)
 Conversion to float happens per minibatch inside the networks, never for the
 whole rollout.
 
