@@ -5,7 +5,7 @@ import paddle
 import pytest
 
 from common.intrinsic import make_intrinsic, names
-from common.intrinsic.augment import snd_v_sizes
+from common.intrinsic.augment import snd_v_augment_for, snd_v_sizes
 from common.intrinsic.networks import ConvFeatureNet
 from common.intrinsic.snd import (
     SND_VARIANTS,
@@ -300,10 +300,10 @@ def test_snd_v_loss_falls_on_fixed_states():
     # and the target now tells states apart: two augmentations of one state are
     # closer than augmentations of two different states (on average)
     rng = np.random.default_rng(1)
-    x = mod.raw(obs)
+    x = mod.standardize(mod.raw(obs))
     with paddle.no_grad():
-        za = mod.target(mod.standardize(mod.augment(x, rng))).numpy()
-        zb = mod.target(mod.standardize(mod.augment(x, rng))).numpy()
+        za = mod.target(mod.augment(x, rng)).numpy()
+        zb = mod.target(mod.augment(x, rng)).numpy()
     d = ((za[:, None] - zb[None]) ** 2).mean(-1)
     same, different = np.diag(d).mean(), d[~np.eye(len(d), dtype=bool)].mean()
     assert same < 0.7 * different, (same, different)
@@ -378,29 +378,63 @@ def test_snd_v_augmentations_are_sized_to_the_observation():
     assert snd_v_sizes(84) == {"tile_sizes": (1, 2, 4, 8, 12, 16), "kernel": 5}  # the authors' Atari sizes
     assert snd_v_sizes(7) == {"tile_sizes": (1,), "kernel": 0}  # MiniGrid's view: 1-cell tiles, no random conv
     assert snd_v_sizes(42)["kernel"] == 3
-    # noise on the raw scale: 0.2 of each channel's range (MiniGrid codes 0-10, 0-5, 0-2), never on z-scores
+    # the pairs are augmented on the scale the target reads: MiniGrid's view (codes 0-10, 0-5, 0-2) gets
+    # 1-cell tiles and noise of 0.2 on its z-scores, or on [0, 1] under the SND authors' scale
     paddle.seed(0)
-    target, predictor = (
-        ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)),
-        ConvFeatureNet(3, 8, input_hw=7, specs=((8, 2, 1),)),
-    )
-    mod = SNDV(
-        target,
-        predictor,
-        target_lr=1e-3,
-        obs_shape=(3, 7, 7),
-        input_channels=3,
-        lr=1e-3,
-        update_proportion=0.25,
-        max_grad_norm=0.5,
-        value_max=(10.0, 5.0, 2.0),
-    )
-    x = paddle.full([64, 3, 7, 7], 30.0)
+    mod = sndv(obs_shape=(3, 7, 7), input_channels=3, specs=((8, 2, 1),))
+    x = paddle.full([64, 3, 7, 7], 0.5)
     y = mod.augment(x, np.random.default_rng(0)).numpy()
-    for c, bound in enumerate((2.0, 1.0, 0.4)):
-        dev = y[:, c] - np.where(np.abs(y[:, c]) <= bound + 1e-6, 0.0, 30.0)  # a 1-cell tile zeroed, or kept
-        assert np.abs(dev).max() <= bound + 1e-6 and np.abs(dev).max() > 0.8 * bound
-    assert (np.abs(y) <= 2.0 + 1e-6).any()  # some cells were masked
+    kept = np.abs(y - 0.5) <= 0.2 + 1e-6
+    assert np.abs(y[kept] - 0.5).max() > 0.15  # noise of 0.2
+    assert (np.abs(y[~kept]) <= 0.2 + 1e-6).all() and (~kept).any()  # a 1-cell tile zeroed (then noise)
+
+
+def sndv(obs_shape=OBS_SHAPE, input_channels=1, specs=None):
+    """An SND-V module whose target records the inputs it was given (``module.seen``)."""
+    hw = obs_shape[-1]
+    kw = {"input_hw": hw, "specs": specs} if specs else {}
+    target = ConvFeatureNet(input_channels, 8, **kw)
+    predictor = ConvFeatureNet(input_channels, 8, **kw)
+    mod = SNDV(target, predictor, target_lr=1e-3, obs_shape=obs_shape, input_channels=input_channels,
+               lr=1e-3, update_proportion=0.25, max_grad_norm=0.5, seed=0)  # fmt: skip
+    forward = target.forward
+    mod.seen = []
+
+    def recording(x, *args):
+        mod.seen.append(x.numpy())
+        return forward(x, *args)
+
+    target.forward = recording
+    return mod
+
+
+def test_snd_v_pairs_of_still_pixels_are_not_blown_to_the_clip():
+    """A screen whose pixels never change but in one patch: the target's augmented inputs stay off the
+    +-5 clip of the standardized scale (augmenting raw pixels before the per-pixel standardization put
+    about half of them there: a still pixel's std is ~0), and under the authors' scale they are the
+    frames in [0, 1] with their noise, as in the SND authors' code."""
+    rng = np.random.default_rng(0)
+    obs = np.full((64, 4, 84, 84), 40, np.uint8)
+    obs[:, :, 30:50, 30:50] = rng.integers(0, 256, (64, 4, 20, 20), dtype=np.uint8)
+    paddle.seed(0)
+    mod = sndv()
+    mod.observe(obs)
+    mod._target_loss({"obs": obs})
+    z = mod.seen[-1]
+    assert z.shape == (128, 1, 84, 84)
+    assert np.mean(np.abs(z) >= 4.99) < 0.01
+    paddle.seed(0)
+    mod = sndv()
+    mod.observe(obs)
+    mod.use_authors_scale(255.0)
+    twin = np.random.default_rng()
+    twin.bit_generator.state = mod.rng.bit_generator.state
+    mod._target_loss({"obs": obs})
+    idx_a, idx_b, _ = contrastive_pairs(len(obs), twin)  # the authors' order: augment the pixels, then / 255
+    x = mod.raw(obs)
+    on_pixels = snd_v_augment_for(84, 255.0)  # noise of 0.2 x 255 on the raw pixels
+    raw_first = [(on_pixels(paddle.gather(x, paddle.to_tensor(i)), twin) / 255.0).numpy() for i in (idx_a, idx_b)]
+    np.testing.assert_allclose(mod.seen[-1], np.concatenate(raw_first), atol=1e-5)
 
 
 def test_stdim_losses_benchmark_runs():

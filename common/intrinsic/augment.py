@@ -1,8 +1,8 @@
 """Image augmentations for SND-V's contrastive target training.
 
 Every function takes a float32 batch ``x`` of shape ``[B, C, H, W]`` (observations on
-their raw scale, before the observation normalizer, where the authors augment their
-pixels; a numpy array or a Paddle tensor)
+the scale the SND-V target reads them: frames in [0, 1] as the authors augment them, or
+per-pixel z-scores; a numpy array or a Paddle tensor)
 and a ``numpy.random.Generator`` ``rng`` that draws every random decision, so an
 augmentation is reproducible from the generator's state (which the intrinsic module
 checkpoints). Each returns a float32 Paddle tensor of the same shape; the pixel work
@@ -23,9 +23,8 @@ The authors use those sizes on 96x96 frames; here they are used unchanged on 84x
 frames. ``snd_v_augment_for(hw, value_max)`` sizes the same pipeline to another
 observation: tile sizes and the random-conv kernel scale with the input's side relative
 to 84 (a 7x7 MiniGrid view keeps only 1-cell tiles, and a kernel under 3 would not be a
-spatial filter, so there is no random conv), and the noise is 0.2 of the value range, on
-the raw input scale (``value_max``: 255 for pixels, the largest category code per channel
-for MiniGrid), as the authors add it to pixels before normalization.
+spatial filter, so there is no random conv), and the noise is 0.2 of ``value_max`` (1 for
+SND-V, whose inputs are frames in [0, 1] or z-scores: ``common.intrinsic.snd.SNDV``).
 """
 
 from __future__ import annotations
@@ -155,8 +154,8 @@ def snd_v_sizes(side: int) -> dict:
 
 
 def snd_v_augment_for(side: int, value_max=1.0):
-    """SND-V's pipeline sized for a ``side`` x ``side`` input whose values reach ``value_max``
-    (a number, or one per channel); the inputs are augmented on that raw scale."""
+    """SND-V's pipeline sized for a ``side`` x ``side`` input whose values span ``value_max``
+    (a number, or one per channel): noise of 0.2 x ``value_max``."""
     sizes = snd_v_sizes(side)
     steps = [functools.partial(random_conv, kernel=sizes["kernel"])] if sizes["kernel"] else []
     steps += [

@@ -348,40 +348,33 @@ class _SNDBase(DistillationModule):
 class SNDV(_SNDBase):
     """SND-V: contrastive target training on augmented pairs of ``batch["obs"]``.
 
-    ``augment(x: float32[B, k, H, W], rng) -> tensor`` works on the raw input scale
-    (before the observation normalizer, where the authors add their pixel noise);
-    by default ``snd_v_augment_for`` sized to the observation's side and to
-    ``value_max`` (the largest raw value, a number or one per observation channel;
-    255 for pixels). Each member of a pair is augmented independently, then both are
-    normalized. Loss: ``contrastive + magnitude`` (``snd_v_terms``).
+    ``augment(x: float32[B, k, H, W], rng) -> tensor`` works on the scale the target reads
+    (after ``standardize``): [0, 1] under the SND authors' input scale (``--int-reward snd``),
+    where the default pipeline is their noise and masks exactly, and z-scores under the default
+    per-pixel standardization, where the same pipeline keeps a change bounded (on the raw scale
+    a pixel that never changes has a standard deviation near 0, and any noise on it would land at
+    the clip: docs/intrinsic_modules.md, SND-V). By default ``snd_v_augment_for`` sized to the
+    observation's side. Each member of a pair is augmented independently.
+    Loss: ``contrastive + magnitude`` (``snd_v_terms``).
     """
 
     summary = "SND, the target trained contrastively on augmented pairs"
     snd_convention = True
     TERMS = ("contrastive", "magnitude")
 
-    @staticmethod
-    def _extra(s) -> dict:
-        return {"value_max": s.value_max}
-
-    def __init__(self, target, predictor, *, augment=None, value_max=255.0, **kwargs):
+    def __init__(self, target, predictor, *, augment=None, **kwargs):
         super().__init__(target, predictor, **kwargs)
-        if augment is None:
-            vmax = np.asarray(value_max, np.float32)
-            if vmax.ndim == 1:
-                vmax = vmax[-self.input_channels :]  # the channels the module looks at
-            augment = snd_v_augment_for(int(self.obs_rms.mean.shape[-1]), vmax)
-        self.augment = augment
+        self.augment = augment if augment is not None else snd_v_augment_for(int(self.obs_rms.mean.shape[-1]))
 
     def _target_loss(self, batch):
         obs = batch["obs"]
         if len(obs) < 2:
             return None, {}
         idx_a, idx_b, tau = contrastive_pairs(len(obs), self.rng)
-        x = self.raw(obs)
+        x = self.standardize(self.raw(obs), fresh=True)
         xa = self.augment(paddle.gather(x, paddle.to_tensor(idx_a)), self.rng)
         xb = self.augment(paddle.gather(x, paddle.to_tensor(idx_b)), self.rng)
-        z = self.target(self.standardize(paddle.concat([xa, xb])))  # one pass for both members
+        z = self.target(paddle.concat([xa, xb]))  # one pass for both members
         z_a, z_b = z[: len(obs)], z[len(obs) :]
         terms = snd_v_terms(z_a, z_b, paddle.to_tensor(tau))
         return terms["contrastive"] + terms["magnitude"], terms
