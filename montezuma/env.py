@@ -152,6 +152,7 @@ class MontezumaEnv(GameEnv):
         self._score = 0.0
         self._events = 0
         self._rooms: set[int] = set()
+        self._episode_rng, self._episode_actions = None, []
         super().__init__(record_path, fps=RECORD_FPS)
 
     # -- helpers -------------------------------------------------------------------------
@@ -194,6 +195,7 @@ class MontezumaEnv(GameEnv):
         self._begin_reset()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+        self._episode_rng, self._episode_actions = self._rng.bit_generator.state, []  # what replays it
         self.ale.reset_game()
         self._last_action = 0
         self._steps = 0
@@ -211,6 +213,7 @@ class MontezumaEnv(GameEnv):
 
     def step(self, action: int):
         action = self._begin_step(action)
+        self._episode_actions.append(action)
         ale = self.ale
         coins = self._rng.random(FRAME_SKIP)  # one sticky coin per emulator frame
 
@@ -231,6 +234,29 @@ class MontezumaEnv(GameEnv):
         if done:
             self._needs_reset = True
         return obs, float(reward), bool(done), self._info(truncated)
+
+    def get_state(self) -> dict:
+        """The episode in progress as what replays it: the sticky-action stream's state when the episode
+        began and the actions taken since (``reset`` puts the emulator in the same state every time)."""
+        return {"rng": self._episode_rng, "actions": np.array(self._episode_actions, np.uint8)}
+
+    def set_state(self, state: dict) -> np.ndarray:
+        """Replay the episode of ``get_state`` (a new episode, then its actions with its sticky coins) and
+        return its observation uint8 ``[4, 84, 84]``. Only actions reach the emulator: no bytes of a file."""
+        actions = np.asarray(state["actions"])
+        if actions.ndim != 1 or actions.dtype.kind not in "ui" or len(actions) >= self.max_episode_steps:
+            raise ValueError(
+                f"a Montezuma episode to replay is {actions.dtype} {actions.shape}: expected fewer than "
+                f"{self.max_episode_steps} actions"
+            )
+        obs = self.reset()
+        self._rng.bit_generator.state = state["rng"]
+        self._episode_rng = self._rng.bit_generator.state
+        for k, action in enumerate(actions):
+            obs, _, done, _ = self.step(int(action))
+            if done:
+                raise ValueError(f"a Montezuma episode to replay ended at its action {k + 1} of {len(actions)}")
+        return obs
 
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[210, 160, 3]`` RGB (a copy; for eval image strips)."""

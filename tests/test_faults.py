@@ -635,12 +635,14 @@ IMPOSSIBLE = {  # what is changed -> what the refusal names
     "update 2**63": ("update", "entry 'update' is 9223372036854775808"),
     "visited a string": ("visited", "entry 'visited' is a str"),
     "visited holds a list": ("visited", "entry 'visited' holds"),
+    "env_state a string": ("env_state", "env_state is not a list"),
 }
 
 
 @fault(
     "a checkpoint whose numbers are impossible: a negative or infinite running variance/mean of the intrinsic "
-    "return, a negative observation count, a discount of 5, update 2**63, visited rooms of the wrong type",
+    "return, a negative observation count, a discount of 5, update 2**63, visited rooms of the wrong type, "
+    "episodes in progress that are not a list of episodes",
     "CheckpointError naming the file and the entry, exit 1",
     "nothing is trained or saved from it; no loop runs through 2**63 updates",
 )
@@ -661,6 +663,8 @@ def test_impossible_numbers_in_a_checkpoint_are_named(case, tmp_path, tampered_s
         state["visited"] = "rooms"
     elif case == "visited holds a list":
         state["visited"] = {1: [2]}
+    elif case == "env_state a string":
+        state["env_state"] = "episodes"
     path = str(tmp_path / "impossible.pdparams")
     if case == "int_rms mean an infinity":  # the format itself refuses it: written by hand around the check
         _write(path, {**state, "int_rms": {**state["int_rms"], "mean": np.array(1.0)}})

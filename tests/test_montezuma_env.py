@@ -260,3 +260,30 @@ def test_recording(tmp_path):
     finally:
         reader.close()
     assert len(frames) == 1 + 6 * 4 and frames[0].shape == (210, 160, 3)
+
+
+def test_an_episode_replays_from_its_state_and_bad_states_are_refused():
+    """``get_state`` is the episode's start stream and actions; ``set_state`` on another env replays it:
+    the same observations, rewards, rooms and counters from there on."""
+    a = make_env(max_episode_steps=500)
+    a.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(250):
+        a.step(int(rng.integers(18)))
+    state = a.get_state()
+    assert state["actions"].dtype == np.uint8 and len(state["actions"]) == 250
+    b = make_env(max_episode_steps=500)
+    b.reset(seed=77)
+    np.testing.assert_array_equal(b.set_state(state), a.stack.frames)
+    for action in rng.integers(18, size=100):
+        (oa, ra, da, ia), (ob, rb, db, ib) = a.step(int(action)), b.step(int(action))
+        np.testing.assert_array_equal(oa, ob)
+        assert (ra, da, ia) == (rb, db, ib)
+        if da:
+            break
+    with pytest.raises(ValueError, match="fewer than 500 actions"):
+        b.set_state({**state, "actions": np.zeros(500, np.uint8)})
+    with pytest.raises(ValueError, match=r"action must be in \[0, 18\)"):
+        b.set_state({**state, "actions": np.array([3, 40], np.uint8)})
+    a.close()
+    b.close()

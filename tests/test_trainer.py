@@ -80,6 +80,49 @@ def test_resume_gives_the_same_next_update_as_an_uninterrupted_run(tmp_path):
     b.close()
 
 
+def tiny_montezuma(tmp_path, **kw):
+    base = dict(
+        num_processes=2, num_workers=-1, num_local_steps=16, batch_size=2, num_epochs=1, num_global_steps=96,
+        obs_norm_steps=2, eval_interval=0, video_interval=0, save_interval=1, histogram_interval=0,
+        embedding_interval=0, picture_interval=0, log_path=str(tmp_path), run_name="a",
+    )  # fmt: skip
+    base.update(kw)
+    return MontezumaConfig(**base)
+
+
+@pytest.mark.parametrize("workers", [-1, 1], ids=["in-process", "worker process"])
+def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken_run(tmp_path, workers):
+    """The checkpoint holds the envs' episodes in progress (Montezuma's replay them), so a run stopped
+    inside its second rollout and resumed ends where the unbroken run ends, weights and episodes alike."""
+    unbroken = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, num_workers=workers))
+    unbroken.train()
+    stopped = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, run_name="b", num_workers=workers))
+    calls, act = [0], stopped.actor.act
+
+    def act_then_stop(*args):  # a stop arrives a few steps into the second rollout
+        calls[0] += stopped.update == 1
+        if calls[0] == 5:
+            stopped.stop.signum = 2
+        return act(*args)
+
+    stopped.actor.act = act_then_stop
+    result = stopped.train()
+    assert result["update"] == 1 and result["stopped_by_signal"]
+    saved = load_checkpoint(result["checkpoint"])["env_state"]
+    assert len(saved) == 2 and all(0 < len(s["env"]["actions"]) <= 16 + 2 for s in saved)  # after update 1
+    again = tiny_montezuma(tmp_path, run_name="c", num_workers=workers, resume=result["checkpoint"])
+    resumed = Trainer(MONTEZUMA, again)
+    resumed.train()
+    assert resumed.update == unbroken.update == 3
+    for pa, pb in zip(params(unbroken.policy) + params(unbroken.intrinsic.predictor),
+                      params(resumed.policy) + params(resumed.intrinsic.predictor)):  # fmt: skip
+        np.testing.assert_array_equal(pa, pb)
+    a, c = (load_checkpoint(t.last_checkpoint)["env_state"] for t in (unbroken, resumed))
+    assert [s["length"] for s in a] == [s["length"] for s in c] and [s["length"] for s in a] != [0, 0]
+    for sa, sc in zip(a, c):
+        np.testing.assert_array_equal(sa["env"]["actions"], sc["env"]["actions"])
+
+
 def test_same_seed_repeats_exactly(tmp_path):
     runs = []
     for name in ("s1", "s2"):

@@ -127,6 +127,29 @@ def test_subprocess_matches_inprocess_montezuma():
     assert any(d.any() for _, _, d, _ in ref[1:])  # auto-reset was exercised
 
 
+def test_episodes_in_progress_move_to_another_vector_env_montezuma():
+    """``get_state`` of a vector env, ``set_state`` into a new one (in process, or 3 envs on 2 worker
+    processes): the next steps are the ones the first would have taken, episode returns and auto-resets
+    included; a game without ``get_state`` answers None."""
+    fns = montezuma_fns(3, max_episode_steps=30)
+    actions = np.random.default_rng(2).integers(18, size=(50, 3))
+    with InProcessVecEnv(fns, seed=5) as venv:
+        rollout(venv, actions[:20])
+        states = venv.get_state()
+        ref = [None, *[venv.step(a) for a in actions[20:]]]  # (no first observation to compare)
+    assert [s["length"] for s in states] == [20, 20, 20] and all(len(s["env"]["actions"]) == 20 for s in states)
+    for make in (lambda: InProcessVecEnv(fns, seed=99), lambda: SubprocVecEnv(fns, num_workers=2, seed=99)):
+        with make() as venv:
+            venv.reset()
+            obs = venv.set_state(states)
+            assert obs.shape == (3, 4, 84, 84)
+            assert_same_rollout(ref, [None, *[venv.step(a) for a in actions[20:]]])
+    assert any(d.any() for _, _, d, _ in ref[1:])  # an episode ended after the move: its return counts the first part
+    with InProcessVecEnv(mario_fns(1)) as venv:
+        venv.reset()
+        assert venv.get_state() is None
+
+
 def test_same_seed_repeats_a_run_montezuma():
     """Montezuma's sticky actions draw from the env RNG: a seed must pin them down."""
     fns = montezuma_fns(2, max_episode_steps=8)

@@ -29,6 +29,11 @@ Ray actors on a Ray cluster):
 * **Seeding.** Env ``i``'s first reset is ``reset(seed=seed + i)``; later resets are
   unseeded, so each env's RNG carries on and a whole run repeats for a given seed.
   ``seed=None`` leaves every env unseeded.
+* **State.** ``get_state()`` is every env's episode in progress (a list, one dict of numpy
+  arrays and plain values per env, with its return and length so far) when every env's game
+  can say it (``GameEnv.get_state``), else None; ``set_state(states)`` puts a vector env of the
+  same size back there and returns the observations, so a resumed run continues its episodes.
+  Called between steps (none in flight).
 * **Faults.** Any exception raised by an env (construction, reset, step) reaches the
   caller as :class:`EnvWorkerError` naming the env index and carrying the formatted
   traceback. A subprocess worker that dies (SIGKILL, segfault, ``os._exit``) is
@@ -120,6 +125,14 @@ class VecEnv:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def get_state(self) -> list | None:
+        """Every env's episode in progress, or None where this vector env or a game cannot say it."""
+        return None
+
+    def set_state(self, states: list) -> np.ndarray:
+        """Continue the episodes of ``get_state``: uint8[N, ...] observations."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore episodes in progress")
 
     def _group(self, start: int, stop: int) -> int:
         groups = self.pipeline_groups

@@ -6,6 +6,12 @@ reward, done, info)``, ``close()``; no auto-reset (the vector env does that).
 recorder of the raw RGB frames, idempotent ``close()`` and the context manager.
 A game implements ``reset``/``step`` with ``_begin_reset``/``_begin_step`` at their
 start and ``_close_backend`` to release its emulator.
+
+A game may also offer ``get_state() -> dict`` and ``set_state(state) -> obs``: the episode in
+progress as numpy arrays and plain values, so that a resumed run continues its episodes where they
+were instead of starting new ones (``common.envs.group.EnvGroup``). Montezuma's is what replays
+the episode (its random stream at the start and its actions), so that nothing of a file but legal
+actions reaches the emulator. ``GameEnv.get_state`` returns None: the game cannot.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ class GameEnv:
     def _record(self, frame_rgb: np.ndarray) -> None:
         if self._recorder is not None:
             self._recorder.add(frame_rgb)
+
+    def get_state(self) -> dict | None:
+        """The episode in progress as a dict of numpy arrays and plain values, or None (not supported)."""
+        return None
+
+    def set_state(self, state: dict) -> np.ndarray:
+        """Continue the episode ``get_state`` described; returns its current observation."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore an episode in progress")
 
     def _close_backend(self) -> None:
         """Release the emulator (game-specific)."""

@@ -112,6 +112,29 @@ class EnvGroup:
             infos.append(info)
         return rewards, dones, infos
 
+    def get_state(self) -> list | None:
+        """Each env's episode in progress (``env.get_state()``) with its return and length so far, or None
+        when one of the envs cannot say (its game has no ``get_state``)."""
+        states = []
+        for j, env in enumerate(self.envs):
+            state = env.get_state() if hasattr(env, "get_state") else None
+            if state is None:
+                return None
+            states.append({"env": state, "return": float(self._returns[j]), "length": int(self._lengths[j])})
+        return states
+
+    def set_state(self, states: list, out: np.ndarray) -> None:
+        """Continue the episodes of ``get_state`` (one state per env of this group); observations to ``out``."""
+        if len(states) != len(self.envs):
+            raise ValueError(f"{len(states)} env states for a group of {len(self.envs)} envs")
+        for j, (env, state) in enumerate(zip(self.envs, states)):
+            try:
+                out[j] = self._check(j, env.set_state(state["env"]), "set_state()")
+            except Exception:
+                raise EnvFailure(self.first_index + j, "set_state", traceback.format_exc()) from None
+            self._returns[j], self._lengths[j] = float(state["return"]), int(state["length"])
+            self._seeded[j] = True  # a restored env's stream carries on, as after its first reset
+
     def close(self) -> None:
         envs, self.envs = self.envs, []
         for env in envs:

@@ -61,6 +61,20 @@ class InProcessVecEnv(VecEnv):
             raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
         return self._obs.copy(), rewards, dones, infos
 
+    def get_state(self) -> list | None:
+        self._guard()
+        return self._envs.get_state()
+
+    def set_state(self, states: list) -> np.ndarray:
+        self._guard()
+        if len(states) != self.num_envs:
+            raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
+        try:
+            self._envs.set_state(states, self._obs)
+        except EnvFailure as f:
+            raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
+        return self._obs.copy()
+
     def close(self) -> None:
         if self._closed:
             return

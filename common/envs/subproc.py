@@ -364,6 +364,29 @@ class SubprocVecEnv(VecEnv):
                 self._broken = "interrupted during reset"
         return self._collect_obs(results, 0, self.num_envs)
 
+    def get_state(self) -> list | None:
+        self._guard()
+        refuse_reset_while_stepping(self._in_flight)
+        self._send_all([("get_state", None)] * self.num_workers, "get_state")
+        results = self._gather(range(self.num_workers), "get_state")
+        parts = [results[w][2] for w in range(self.num_workers)]
+        return None if any(p is None for p in parts) else [s for p in parts for s in p]
+
+    def set_state(self, states: list) -> np.ndarray:
+        self._guard()
+        refuse_reset_while_stepping(self._in_flight)
+        if len(states) != self.num_envs:
+            raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
+        ok = False
+        try:
+            self._send_all([("set_state", states[a:b]) for a, b in self._ranges], "set_state")
+            results = self._gather(range(self.num_workers), "set_state")
+            ok = True
+        finally:
+            if not ok and self._broken is None:
+                self._broken = "interrupted during set_state"
+        return self._collect_obs(results, 0, self.num_envs)
+
     def step_async(self, actions, start: int, stop: int) -> None:
         self._guard()
         parts = self._parts(start, stop)

@@ -112,8 +112,8 @@ def worker_launch(hide_main: bool):
 
 
 class _Server:
-    """A worker's command loop over its ``EnvGroup``: ``step``, ``reset``, ``shm`` (observations into the
-    shared block from then on), ``close``."""
+    """A worker's command loop over its ``EnvGroup``: ``step``, ``reset``, ``get_state``, ``set_state``,
+    ``shm`` (observations into the shared block from then on), ``close``."""
 
     def __init__(self, conn, group: EnvGroup, worker_index: int):
         self.conn, self.group, self.worker_index = conn, group, worker_index
@@ -144,6 +144,11 @@ class _Server:
             return ("ok", None if shared else self.obs_buf[lo:hi], rewards, dones, infos)
         if cmd == "reset":
             self.group.reset(self.obs_buf)
+            return ("ok", None if shared else self.obs_buf, None, None, None)
+        if cmd == "get_state":
+            return ("ok", None, self.group.get_state(), None, None)
+        if cmd == "set_state":  # arg: this worker's env states
+            self.group.set_state(arg, self.obs_buf)
             return ("ok", None if shared else self.obs_buf, None, None, None)
         if cmd == "shm":
             from multiprocessing import shared_memory

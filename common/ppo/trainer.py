@@ -43,6 +43,7 @@ from common.intrinsic import intrinsic_for_run  # noqa: E402
 from common.ppo import replica  # noqa: E402
 from common.ppo.actor import Actor  # noqa: E402
 from common.ppo.buffer import RolloutBuffer, rollout_bytes  # noqa: E402
+from common.ppo.episodes import EpisodeKeeper  # noqa: E402
 from common.ppo.evaluation import Evaluations  # noqa: E402
 from common.ppo.log import RolloutNotes, RunLog  # noqa: E402
 from common.ppo.stage import IntrinsicStage  # noqa: E402
@@ -122,6 +123,7 @@ class Trainer:
         self.last_eval = None  # the latest logged eval result
         self.solved = False  # a greedy eval solved the level (ends the run with --stop-when-solved)
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
+        self.episodes = EpisodeKeeper(self.world.size)  # the envs' episodes in progress, for a resume
         # threads for the networks: --num-threads (0 = one per core: this rank's share of them) on CPU, 1 on GPU
         self.threads = (cfg.num_threads or self.world.cores()) if fast else 1
         self._side = cpu.SideThread("intrinsic-update") if self.threads > 1 else None  # see learn
@@ -197,6 +199,7 @@ class Trainer:
             self.int_scale.set_state_dict(state)
             self.rng.bit_generator.state = state["rng"]
             RunLog.check_visited(state.get("visited", ()), state.get("visit_counts"))
+            self.episodes.load(state)
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
@@ -212,7 +215,9 @@ class Trainer:
         if not self.world.is_main:
             return ""
         name = name or self.spec.checkpoint_name(self.cfg, self.update)
-        self.last_checkpoint = self.folder.save(name, self.state_dict() if state is None else state)
+        self.last_checkpoint = self.folder.save(
+            name, {**self.state_dict(), **self.episodes.entry()} if state is None else state
+        )
         if state is None or state["update"] == self.update:
             self.saved_update, self.saved_at = self.update, time.monotonic()
         return self.last_checkpoint
@@ -355,9 +360,10 @@ class Trainer:
         with self.stop:
             try:
                 self.envs = self._make_envs()
-                obs = self.envs.reset()
+                obs = self.episodes.start(self.envs)
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
+                self.episodes.mark(self.envs)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
                     if cfg.stop_when_solved and self.world.any(self.solved):  # rank 0 evaluates; all ranks stop
                         tqdm.write(f"--stop-when-solved: the run ends at update {self.update}")
@@ -427,6 +433,7 @@ class Trainer:
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update
+        self.episodes.mark(self.envs)  # where a checkpoint of this update finds the envs
         rollout = self.buffer.summary()
         messages = self.log.update(
             self.update,

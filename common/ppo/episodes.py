@@ -1,0 +1,64 @@
+"""Episodes that survive a resume: the envs' episodes in progress at the last completed update are
+saved with its checkpoint, and a resumed run continues them instead of starting new ones.
+
+Without this a resume drops every episode in flight, and for a while only episodes shorter than
+the steps since the resume can end, which biases whatever is measured per episode (Montezuma's
+episodes run to 4,500 steps: docs/montezuma.md, "Correction"). It needs envs whose game can
+say its episode (``GameEnv.get_state``: Montezuma) and one process (a data-parallel run's ranks
+would all read rank 0's episodes); otherwise a resumed run starts new episodes, as before.
+"""
+
+from __future__ import annotations
+
+from tqdm import tqdm
+
+
+class EpisodeKeeper:
+    """Holds the envs' state at the last completed update (``mark``) for its checkpoint (``entry``),
+    and puts a resumed run's envs back there (``start``)."""
+
+    def __init__(self, world_size: int):
+        self.enabled = world_size == 1  # and, after a get_state that answered None, False
+        self.at_update: list | None = None  # VecEnv.get_state() after the last completed update
+        self.to_restore: list | None = None  # a loaded checkpoint's, until the envs exist
+
+    def load(self, state: dict) -> None:
+        """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length)."""
+        saved = state.get("env_state")
+        if saved is None:
+            return
+        if not isinstance(saved, list) or not all(_is_env_state(s) for s in saved):
+            raise ValueError("env_state is not a list of {'env': dict, 'return': number, 'length': int >= 0}")
+        self.to_restore = saved
+
+    def start(self, envs):
+        """The envs' first observations: the loaded checkpoint's episodes where they fit, else new ones."""
+        saved, self.to_restore = self.to_restore, None
+        if saved is not None and self.enabled and len(saved) == envs.num_envs:
+            tqdm.write(f"continuing the checkpoint's {len(saved)} episodes in progress (replayed)")
+            return envs.set_state(saved)
+        if saved is not None:
+            why = "one process" if not self.enabled else f"{len(saved)} envs, not {envs.num_envs}"
+            tqdm.write(f"new episodes: the checkpoint's episodes in progress need {why}")
+        return envs.reset()
+
+    def mark(self, envs) -> None:
+        """After an update (or the start): what a checkpoint of it holds. None where the envs cannot say."""
+        self.at_update = None  # never a state of another update, should get_state fail
+        if self.enabled:
+            self.at_update = envs.get_state()
+            self.enabled = self.at_update is not None  # a game that cannot say it is not asked again
+
+    def entry(self) -> dict:
+        """The checkpoint's ``env_state`` entry (empty when there is nothing to continue)."""
+        return {} if self.at_update is None else {"env_state": self.at_update}
+
+
+def _is_env_state(s) -> bool:
+    return (
+        isinstance(s, dict)
+        and isinstance(s.get("env"), dict)
+        and isinstance(s.get("return"), (int, float))
+        and isinstance(s.get("length"), int)
+        and s["length"] >= 0
+    )
