@@ -1,6 +1,7 @@
 """The shared trainer on the real Mario emulator: resume, seeds, NaN guard, bad checkpoints, bad flags."""
 
 import dataclasses
+import json
 import warnings
 
 import numpy as np
@@ -121,6 +122,21 @@ def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken
     assert [s["length"] for s in a] == [s["length"] for s in c] and [s["length"] for s in a] != [0, 0]
     for sa, sc in zip(a, c):
         np.testing.assert_array_equal(sa["env"]["actions"], sc["env"]["actions"])
+
+
+def test_a_checkpoint_is_written_after_its_updates_records(tmp_path):
+    """Were the process killed right after a save, the metrics up to that checkpoint are on disk."""
+    t = Trainer(MARIO, tiny(tmp_path, num_global_steps=64))
+    save, seen = t.folder.save, []
+
+    def save_and_look(name, state):
+        with open(t.logger.metrics_path, encoding="utf-8") as f:
+            seen.append((state["global_step"], {json.loads(line)["step"] for line in f}))
+        return save(name, state)
+
+    t.folder.save = save_and_look
+    t.train()
+    assert [step for step, _ in seen] == [32, 64] and all(step in steps for step, steps in seen)
 
 
 def test_same_seed_repeats_exactly(tmp_path):

@@ -464,6 +464,7 @@ class Trainer:
             main and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
         )
         if by_count or by_clock:
+            self.logger.flush()  # a checkpoint never gets ahead of its update's records
             self.save()
         self._log_evals(block=False)
         self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)
