@@ -238,16 +238,26 @@ class MontezumaEnv(GameEnv):
     def get_state(self) -> dict:
         """The episode in progress as what replays it: the sticky-action stream's state when the episode
         began and the actions taken since (``reset`` puts the emulator in the same state every time)."""
-        return {"rng": self._episode_rng, "actions": np.array(self._episode_actions, np.uint8)}
+        return {
+            "rng": self._episode_rng,
+            "actions": np.array(self._episode_actions, np.uint8),
+            "settings": np.array([self.sticky_prob, self.max_episode_steps], np.float64),  # what the replay needs
+        }
 
     def set_state(self, state: dict) -> np.ndarray:
         """Replay the episode of ``get_state`` (a new episode, then its actions with its sticky coins) and
         return its observation uint8 ``[4, 84, 84]``. Only actions reach the emulator: no bytes of a file."""
-        actions = np.asarray(state["actions"])
-        if actions.ndim != 1 or actions.dtype.kind not in "ui" or len(actions) >= self.max_episode_steps:
+        actions, settings = np.asarray(state["actions"]), [self.sticky_prob, self.max_episode_steps]
+        if actions.ndim != 1 or actions.dtype != np.uint8:
+            raise ValueError(f"a Montezuma episode's actions are {actions.dtype} {actions.shape}: expected uint8[n]")
+        if len(actions) >= self.max_episode_steps:
+            raise ValueError(f"a Montezuma episode to replay has {len(actions)} actions: expected fewer than "
+                             f"{self.max_episode_steps}")  # fmt: skip
+        played = np.asarray(state["settings"], np.float64)
+        if not np.array_equal(played, settings):
             raise ValueError(
-                f"a Montezuma episode to replay is {actions.dtype} {actions.shape}: expected fewer than "
-                f"{self.max_episode_steps} actions"
+                f"a Montezuma episode played with (sticky_prob, max_episode_steps) {played.tolist()} cannot be "
+                f"replayed with {settings}"
             )
         obs = self.reset()
         self._rng.bit_generator.state = state["rng"]

@@ -281,8 +281,12 @@ def test_an_episode_replays_from_its_state_and_bad_states_are_refused():
         assert (ra, da, ia) == (rb, db, ib)
         if da:
             break
-    with pytest.raises(ValueError, match="fewer than 500 actions"):
+    with pytest.raises(ValueError, match="fewer than 500"):
         b.set_state({**state, "actions": np.zeros(500, np.uint8)})
+    with pytest.raises(ValueError, match=r"expected uint8\[n\]"):
+        b.set_state({**state, "actions": np.zeros(5, np.float32)})
+    with pytest.raises(ValueError, match=r"\[0.25, 500.0\] cannot be replayed with \[0.25, 4500\]"):
+        make_env().set_state(state)
     with pytest.raises(ValueError, match=r"action must be in \[0, 18\)"):
         b.set_state({**state, "actions": np.array([3, 40], np.uint8)})
     a.close()

@@ -97,7 +97,8 @@ def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken
     inside its second rollout and resumed ends where the unbroken run ends, weights and episodes alike."""
     unbroken = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, num_workers=workers))
     unbroken.train()
-    stopped = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, run_name="b", num_workers=workers))
+    # no periodic checkpoint: the one resumed is the stop's own, written after the rollback
+    stopped = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, run_name="b", num_workers=workers, save_interval=0))
     calls, act = [0], stopped.actor.act
 
     def act_then_stop(*args):  # a stop arrives a few steps into the second rollout
@@ -122,6 +123,49 @@ def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken
     assert [s["length"] for s in a] == [s["length"] for s in c] and [s["length"] for s in a] != [0, 0]
     for sa, sc in zip(a, c):
         np.testing.assert_array_equal(sa["env"]["actions"], sc["env"]["actions"])
+
+
+def same_weights(a, b) -> bool:
+    pairs = zip(params(a.policy) + params(a.intrinsic.predictor), params(b.policy) + params(b.intrinsic.predictor))
+    return all(np.array_equal(pa, pb) for pa, pb in pairs)
+
+
+def test_a_stop_in_the_warm_up_resumes_into_the_unbroken_run(tmp_path):
+    """Stopped while the observation normalizer warms up (before update 0), the run saves the envs as they
+    were before it, and the resumed run warms up afresh from there: the unbroken run again."""
+    unbroken = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, num_global_steps=64))
+    unbroken.train()
+    stopped = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, run_name="b", num_global_steps=64))
+    observe = stopped.intrinsic.observe
+
+    def observe_then_stop(*args):
+        stopped.stop.signum = 2
+        return observe(*args)
+
+    stopped.intrinsic.observe = observe_then_stop
+    result = stopped.train()
+    state = load_checkpoint(result["checkpoint"])
+    assert result["update"] == 0 and not state["obs_norm_ready"]
+    assert [s["length"] for s in state["env_state"]] == [0, 0]
+    resumed = Trainer(
+        MONTEZUMA, tiny_montezuma(tmp_path, run_name="c", num_global_steps=64, resume=result["checkpoint"])
+    )
+    resumed.train()
+    assert resumed.update == unbroken.update == 2 and same_weights(unbroken, resumed)
+
+
+def test_episodes_that_cannot_be_replayed_give_way_to_new_ones(tmp_path, capsys):
+    """A checkpoint whose episodes in progress do not replay (here: played with another --max-episode-steps)
+    resumes with new episodes, saying why; its learned state is kept."""
+    first = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, num_global_steps=32, num_workers=1))
+    ckpt = first.train()["checkpoint"]
+    other = tiny_montezuma(tmp_path, run_name="b", num_workers=1, max_episode_steps=900, resume=ckpt)
+    resumed = Trainer(MONTEZUMA, other)
+    resumed.train()
+    out = capsys.readouterr()
+    assert "new episodes: the checkpoint's episodes in progress could not be replayed" in out.out + out.err
+    assert "cannot be replayed with [0.25, 900]" in out.out + out.err
+    assert resumed.update == 3 and [s["length"] for s in load_checkpoint(resumed.last_checkpoint)["env_state"]]
 
 
 def test_a_checkpoint_is_written_after_its_updates_records(tmp_path):

@@ -126,6 +126,9 @@ class VecEnv:
     def close(self) -> None:
         raise NotImplementedError
 
+    #: whether ``set_state`` can put this vector env's envs back into episodes in progress
+    can_restore = False
+
     def get_state(self) -> list | None:
         """Every env's episode in progress, or None where this vector env or a game cannot say it."""
         return None

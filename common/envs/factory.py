@@ -44,8 +44,8 @@ def vec_env_for_run(spec, cfg, rank: int, cores: int, update: int) -> VecEnv:
     several envs per worker: that beats one process per env when envs outnumber cores
     (``benchmarks/env_throughput.py``); -1 keeps them in this process. Env ``i`` is seeded
     with ``seed + i`` (rank ``r``'s as env ``r * num_envs + i`` of one big run); a resumed run
-    (``update`` > 0) starts fresh episodes, seeded by its update count so that it does not
-    replay the original's.
+    (``update`` > 0) is seeded by its update count, so that the fresh episodes it starts where it
+    cannot continue the checkpoint's (``common.ppo.episodes``) do not replay the original's.
     """
     fns = [spec.env_factory(cfg, None) for _ in range(cfg.num_envs)]
     workers = {-1: 0, 0: min(cfg.num_envs, cores)}.get(cfg.num_workers, min(cfg.num_workers, cfg.num_envs))

@@ -130,9 +130,9 @@ class EnvGroup:
         for j, (env, state) in enumerate(zip(self.envs, states)):
             try:
                 out[j] = self._check(j, env.set_state(state["env"]), "set_state()")
+                self._returns[j], self._lengths[j] = float(state["return"]), int(state["length"])
             except Exception:
                 raise EnvFailure(self.first_index + j, "set_state", traceback.format_exc()) from None
-            self._returns[j], self._lengths[j] = float(state["return"]), int(state["length"])
             self._seeded[j] = True  # a restored env's stream carries on, as after its first reset
 
     def close(self) -> None:

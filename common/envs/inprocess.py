@@ -61,6 +61,8 @@ class InProcessVecEnv(VecEnv):
             raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
         return self._obs.copy(), rewards, dones, infos
 
+    can_restore = True
+
     def get_state(self) -> list | None:
         self._guard()
         return self._envs.get_state()

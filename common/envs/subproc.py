@@ -45,6 +45,10 @@ from common.envs.workers import (
     worker_parts,
 )
 
+#: how long ``set_state`` may take per env of a worker (a replay of up to 4,500 Montezuma steps) on top of
+#: ``timeout`` before the worker counts as hung; a dead worker is noticed at once
+REPLAY_SECONDS = 30.0
+
 
 def _pickled_factories(env_fns: list, start: int, stop: int) -> bytes:
     """The env factories ``start..stop-1`` as one pickle (what a worker process receives)."""
@@ -364,6 +368,8 @@ class SubprocVecEnv(VecEnv):
                 self._broken = "interrupted during reset"
         return self._collect_obs(results, 0, self.num_envs)
 
+    can_restore = True
+
     def get_state(self) -> list | None:
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
@@ -380,7 +386,9 @@ class SubprocVecEnv(VecEnv):
         ok = False
         try:
             self._send_all([("set_state", states[a:b]) for a, b in self._ranges], "set_state")
-            results = self._gather(range(self.num_workers), "set_state")
+            # a worker replays its envs' episodes one after the other: up to REPLAY_SECONDS each
+            most = max(b - a for a, b in self._ranges)
+            results = self._gather(range(self.num_workers), "set_state", self.timeout + REPLAY_SECONDS * most)
             ok = True
         finally:
             if not ok and self._broken is None:

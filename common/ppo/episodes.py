@@ -10,7 +10,11 @@ would all read rank 0's episodes); otherwise a resumed run starts new episodes, 
 
 from __future__ import annotations
 
+import math
+
 from tqdm import tqdm
+
+from common.envs.contract import EnvWorkerError
 
 
 class EpisodeKeeper:
@@ -31,19 +35,37 @@ class EpisodeKeeper:
             raise ValueError("env_state is not a list of {'env': dict, 'return': number, 'length': int >= 0}")
         self.to_restore = saved
 
-    def start(self, envs):
-        """The envs' first observations: the loaded checkpoint's episodes where they fit, else new ones."""
+    def start(self, envs, remake):
+        """``(envs, first observations)``: the loaded checkpoint's episodes where they can be continued,
+        else new ones (said why); ``remake()`` builds new envs when a failed replay left ``envs`` unusable."""
         saved, self.to_restore = self.to_restore, None
-        if saved is not None and self.enabled and len(saved) == envs.num_envs:
-            tqdm.write(f"continuing the checkpoint's {len(saved)} episodes in progress (replayed)")
-            return envs.set_state(saved)
-        if saved is not None:
-            why = "one process" if not self.enabled else f"{len(saved)} envs, not {envs.num_envs}"
-            tqdm.write(f"new episodes: the checkpoint's episodes in progress need {why}")
-        return envs.reset()
+        if saved is None:
+            return envs, envs.reset()
+        why = (
+            "need one process" if not self.enabled
+            else f"are of {len(saved)} envs, not {envs.num_envs}" if len(saved) != envs.num_envs
+            else f"cannot be given to {type(envs).__name__}" if not envs.can_restore
+            else ""
+        )  # fmt: skip
+        if not why:
+            self.at_update = saved  # should the start fail, the checkpoint it saves still holds them
+            try:
+                obs = envs.set_state(saved)
+                tqdm.write(f"continuing the checkpoint's {len(saved)} episodes in progress (replayed)")
+                return envs, obs
+            except (EnvWorkerError, ValueError, TypeError, OverflowError) as e:
+                self.at_update = None
+                envs.close()
+                envs = remake()
+                why = f"could not be replayed ({str(e).strip().splitlines()[-1]})"
+        tqdm.write(f"new episodes: the checkpoint's episodes in progress {why}")
+        return envs, envs.reset()
 
-    def mark(self, envs) -> None:
-        """After an update (or the start): what a checkpoint of it holds. None where the envs cannot say."""
+    def mark(self, envs, only_if: bool = True) -> None:
+        """After an update (or the start, or a completed warm-up): what a checkpoint of it holds (None
+        where the envs cannot say). ``only_if`` False keeps the earlier mark."""
+        if not only_if:
+            return
         self.at_update = None  # never a state of another update, should get_state fail
         if self.enabled:
             self.at_update = envs.get_state()
@@ -59,6 +81,9 @@ def _is_env_state(s) -> bool:
         isinstance(s, dict)
         and isinstance(s.get("env"), dict)
         and isinstance(s.get("return"), (int, float))
+        and not isinstance(s["return"], bool)
+        and math.isfinite(s["return"])
         and isinstance(s.get("length"), int)
-        and s["length"] >= 0
+        and not isinstance(s["length"], bool)
+        and 0 <= s["length"] < 2**31
     )

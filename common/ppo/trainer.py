@@ -359,11 +359,11 @@ class Trainer:
         )
         with self.stop:
             try:
-                self.envs = self._make_envs()
-                obs = self.episodes.start(self.envs)
+                self.envs, obs = self.episodes.start(self._make_envs(), self._make_envs)
+                self.episodes.mark(self.envs)  # a stop in the warm-up resumes from here, warming up afresh
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
-                self.episodes.mark(self.envs)
+                    self.episodes.mark(self.envs, only_if=self.obs_norm_ready)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
                     if cfg.stop_when_solved and self.world.any(self.solved):  # rank 0 evaluates; all ranks stop
                         tqdm.write(f"--stop-when-solved: the run ends at update {self.update}")
