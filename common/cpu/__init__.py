@@ -29,9 +29,11 @@ uses only the names below; how they are fast is this package's business:
 
 Same math as the plain Paddle layers everywhere (``tests/test_fast_update.py``,
 ``tests/test_native.py``, ``tests/test_snd.py``); every fast path steps aside by itself where the
-installed Paddle lacks what it needs (e.g. Paddle 2.6's wheel has no loadable oneDNN) and
-wherever ``fast_paths`` is False: a GPU run computes with Paddle's plain layers only, and so does
-a CPU run with ``PADDLE_CURIOSITY_PLAIN=1`` (how CI runs the GPU route's code, ``docs/gpu.md``).
+installed Paddle lacks what it needs (a build without a loadable oneDNN library, or without the
+fused kernels) and wherever ``fast_paths`` is False: a GPU run computes with Paddle's own layers
+and kernels only (a convolution and its activation still go through ``fused.conv_act``, which is
+then just those two layers), and so does a CPU run with ``PADDLE_CURIOSITY_PLAIN=1`` (how CI runs
+the GPU route's code, ``docs/gpu.md``).
 Modules: ``switch`` (the predicate), ``onednn`` (the C API through ctypes), ``sharding`` (the shard threads),
 ``fused`` (fused and sharded convolutions, the training runner), ``linear`` (large dense
 layers on numpy), ``blas``, ``native`` (the collection engine), ``predictor``
@@ -136,6 +138,11 @@ def collection_engine(net, obs_shape, kind: str, batch: int):
         from common.cpu.predictor import InferenceEngine
 
         if batch < InferenceEngine.min_batch:  # the export costs start-up time and saves nothing below it
+            warnings.warn(
+                f"--inference {kind} needs batches of {InferenceEngine.min_batch} or more, this run's are at most "
+                f"{batch}; collection runs the training network (--inference dygraph)",
+                stacklevel=2,
+            )
             return None
         return InferenceEngine(net, obs_shape, precision="bf16")
     except Exception as e:  # noqa: BLE001 - no oneDNN in this Paddle, or a network the engine cannot run

@@ -36,6 +36,7 @@ None of this runs off the CPU: every path here asks ``common.cpu.switch.on`` fir
 from __future__ import annotations
 
 import math
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -95,23 +96,28 @@ def geometry(conv: nn.Conv2D) -> Geometry | None:
     place that reads them.
     """
     try:
+        if getattr(conv, "_padding_mode", "zeros") != "zeros":  # reflect/replicate/circular: the layer's own
+            return None
         return Geometry(list(conv._stride), conv._padding, list(conv._dilation), int(conv._groups), conv._data_format)
     except (AttributeError, TypeError):
         return None
 
 
-_slopes: dict[int, float] = {}
+_slopes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # an activation layer -> its slope
 
 
 def act_slope(act: nn.Layer) -> float:
-    """The negative slope of a ReLU (0) or LeakyReLU layer, measured through its public forward."""
+    """The negative slope of a ReLU (0) or LeakyReLU layer (its ``_negative_slope``, where this Paddle
+    keeps it; else measured once through its public forward, remembered for that layer object)."""
     if isinstance(act, nn.ReLU):
         return 0.0
-    key = id(act)
-    if key not in _slopes:
+    slope = getattr(act, "_negative_slope", None)
+    if isinstance(slope, (int, float)) and not isinstance(slope, bool):
+        return float(slope)
+    if act not in _slopes:
         with paddle.no_grad():
-            _slopes[key] = -float(act(paddle.to_tensor([-1.0], dtype="float32")).numpy()[0])
-    return _slopes[key]
+            _slopes[act] = -float(act(paddle.to_tensor([-1.0], dtype="float32")).numpy()[0])
+    return _slopes[act]
 
 
 def unit_floats(obs: np.ndarray) -> paddle.Tensor:
@@ -121,9 +127,10 @@ def unit_floats(obs: np.ndarray) -> paddle.Tensor:
     without a copy (DLPack); the tensor is their NCHW view, which the convolutions turn back
     into channels-last for free (much faster than Paddle's cast, divide and that transpose;
     docs/performance.md).
-    Same values either way.
+    Same values either way (on Paddle 2.6 within one unit in the last place); other dtypes take
+    Paddle's own cast and division.
     """
-    if obs.ndim == 4 and _HAS_DLPACK and onednn.available():  # available(): the speed paths are on here
+    if obs.ndim == 4 and obs.dtype == np.uint8 and _HAS_DLPACK and onednn.available():  # available(): speed paths on
         # the capsule (Paddle 2.6 takes only that) owns a reference to the array: the memory stays valid
         return from_dlpack(onednn.unit_floats_channels_last(obs).__dlpack__()).transpose([0, 3, 1, 2])
     return paddle.to_tensor(obs).astype("float32") / 255.0
@@ -411,7 +418,7 @@ def conv_stack(layers, x: paddle.Tensor, keep: int | None = None):
     layers = list(layers)
     # small batches and small inputs: the thread hand-offs would cost more than they save
     n = min(sharding.count(), x.shape[0] // MIN_SHARD, math.prod(x.shape) // MIN_SHARD_ELEMENTS)
-    specs = _dnnl_specs(layers, x) if paddle.in_dynamic_mode() else None
+    specs = _dnnl_specs(layers, x) if paddle.in_dynamic_mode() and x.shape[0] > 0 else None
     if specs is not None:  # oneDNN: channels-last inside, NCHW out
         shards = sharding.ranges(x.shape[0], n)
         params = [p for conv, _ in layers for p in (conv.weight, conv.bias)]

@@ -320,7 +320,8 @@ def u8_to_channels_last_for(n, c, h, w) -> tuple:
 def unit_floats_channels_last(obs: np.ndarray) -> np.ndarray:
     """uint8[N, C, H, W] -> float32[N, H, W, C] = obs / 255 (the same values as Paddle's x / 255),
     channels-last as the convolutions take it: one oneDNN reorder and an in-place divide instead of
-    Paddle's cast + divide + transpose (the same values bit for bit, much faster; docs/performance.md)."""
+    Paddle's cast + divide + transpose (much faster, docs/performance.md; the same values bit for bit on
+    Paddle 3, within one unit in the last place on Paddle 2.6, whose division kernel rounds differently)."""
     obs = np.ascontiguousarray(obs, dtype=np.uint8)
     n, c, h, w = obs.shape
     x = np.empty((n, h, w, c), np.float32)
