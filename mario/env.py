@@ -207,6 +207,10 @@ def validate_args(world, stage, action_type) -> None:
         raise ValueError(f"action_type must be one of {sorted(ACTION_SETS)}, got {action_type!r}")
 
 
+#: the most actions a Mario episode to replay may hold (its clock ends an episode within about 2,400 steps)
+MAX_REPLAY = 10_000
+
+
 class MarioEnv(GameEnv):
     """Tutorial-faithful Super Mario Bros env; obs uint8 ``[4, 84, 84]``.
 
@@ -232,6 +236,7 @@ class MarioEnv(GameEnv):
         self.curr_score = self.x_max = 0
         self._bgrx = bgrx_view(raw.screen)  # the screen's memory, read in place (None: copy the RGB view)
         self._frame, self._info = None, {}
+        self._episode_actions: list[int] = []  # what replays the episode (the emulator is deterministic)
 
     def _gray(self, frame) -> np.ndarray:
         """``process_frame(frame)[0]`` for the emulator's current screen ``frame``, read in place where possible."""
@@ -263,6 +268,7 @@ class MarioEnv(GameEnv):
     # -- the tutorial's CustomSkipFrame ---------------------------------------------------
     def step(self, action: int):
         action = self._begin_step(action)
+        self._episode_actions.append(action)
 
         def act(_i):
             self._frame, reward, done, self._info = self._frame_step(action)
@@ -286,7 +292,32 @@ class MarioEnv(GameEnv):
         self._record(frame)
         self.curr_score = self.x_max = 0
         self._needs_reset = False
+        self._episode_actions = []
         return self.stack.reset(self._gray(frame))
+
+    def get_state(self) -> dict:
+        """The episode in progress as what replays it: its actions (the emulator is deterministic)."""
+        return {"actions": np.array(self._episode_actions, np.uint8), "level": self._level()}
+
+    def set_state(self, state: dict) -> np.ndarray:
+        """Replay the episode of ``get_state`` (a new episode, then its actions); returns its observation.
+        Only actions reach the emulator: no bytes of a file."""
+        actions, level = np.asarray(state["actions"]), str(state["level"])
+        if actions.ndim != 1 or actions.dtype != np.uint8 or len(actions) > MAX_REPLAY:
+            raise ValueError(
+                f"a Mario episode's actions are {actions.dtype} {actions.shape}: expected uint8[n], n <= {MAX_REPLAY}"
+            )
+        if level != self._level():
+            raise ValueError(f"a Mario episode played on {level!r} cannot be replayed on {self._level()!r}")
+        obs = self.reset()
+        for k, action in enumerate(actions):
+            obs, _, done, _ = self.step(int(action))
+            if done:
+                raise ValueError(f"a Mario episode to replay ended at its action {k + 1} of {len(actions)}")
+        return obs
+
+    def _level(self) -> str:
+        return f"{self.world}-{self.stage} {self.action_type}"
 
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[240, 256, 3]`` RGB (a copy; for eval image strips)."""

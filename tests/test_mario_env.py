@@ -249,3 +249,29 @@ def test_recording_writes_every_emulator_frame(tmp_path):
         reader.close()
     assert len(frames) == 1 + 5 * 4
     assert frames[0].shape == (240, 256, 3)
+
+
+def test_an_episode_replays_from_its_actions_and_bad_states_are_refused():
+    """``get_state`` is the episode's actions (the emulator is deterministic); ``set_state`` on another
+    env replays them: the same observations, rewards and infos from there on."""
+    a, b = make_env(), make_env()
+    a.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(120):
+        a.step(int(rng.integers(a.num_actions)))
+    state = a.get_state()
+    assert state["actions"].dtype == np.uint8 and len(state["actions"]) == 120 and state["level"] == "1-1 simple"
+    b.reset()
+    np.testing.assert_array_equal(b.set_state(state), a.stack.frames)
+    for action in rng.integers(a.num_actions, size=60):
+        (oa, ra, da, ia), (ob, rb, db, ib) = a.step(int(action)), b.step(int(action))
+        np.testing.assert_array_equal(oa, ob)
+        assert (ra, da, ia) == (rb, db, ib)
+        if da:
+            break
+    with pytest.raises(ValueError, match="played on '1-1 simple' cannot be replayed on '1-2 simple'"):
+        make_env(stage=2).set_state(state)
+    with pytest.raises(ValueError, match=r"expected uint8\[n\]"):
+        b.set_state({**state, "actions": np.zeros(3, np.int64)})
+    a.close()
+    b.close()

@@ -48,7 +48,7 @@ def params(layer):
 
 
 def fill_fixed_rollout(trainer, seed=123):
-    """Identical synthetic rollout content for two trainers (the envs of a resumed run start afresh)."""
+    """Identical synthetic rollout content for two trainers (so that the update alone is compared)."""
     rng = np.random.default_rng(seed)
     buf = trainer.buffer
     buf.obs[:] = rng.integers(0, 255, size=buf.obs.shape, dtype=np.uint8)
@@ -91,14 +91,23 @@ def tiny_montezuma(tmp_path, **kw):
     return MontezumaConfig(**base)
 
 
-@pytest.mark.parametrize("workers", [-1, 1], ids=["in-process", "worker process"])
-def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken_run(tmp_path, workers):
-    """The checkpoint holds the envs' episodes in progress (Montezuma's replay them), so a run stopped
-    inside its second rollout and resumed ends where the unbroken run ends, weights and episodes alike."""
-    unbroken = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, num_workers=workers))
+RESUMABLE = {  # game -> (spec, a tiny config of 3 updates)
+    "montezuma": (MONTEZUMA, lambda tmp_path, **kw: tiny_montezuma(tmp_path, **kw)),
+    "mario": (MARIO, lambda tmp_path, **kw: tiny(tmp_path, num_global_steps=96, **kw)),
+}
+
+
+@pytest.mark.parametrize(
+    "game, workers", [("montezuma", -1), ("montezuma", 1), ("mario", -1)], ids=["montezuma", "worker process", "mario"]
+)
+def test_a_resumed_run_continues_its_episodes_and_repeats_the_unbroken_run(tmp_path, game, workers):
+    """The checkpoint holds the envs' episodes in progress (Montezuma's and Mario's replay them), so a run
+    stopped inside its second rollout and resumed ends where the unbroken run ends, weights and episodes alike."""
+    spec, config = RESUMABLE[game]
+    unbroken = Trainer(spec, config(tmp_path, num_workers=workers))
     unbroken.train()
     # no periodic checkpoint: the one resumed is the stop's own, written after the rollback
-    stopped = Trainer(MONTEZUMA, tiny_montezuma(tmp_path, run_name="b", num_workers=workers, save_interval=0))
+    stopped = Trainer(spec, config(tmp_path, run_name="b", num_workers=workers, save_interval=0))
     calls, act = [0], stopped.actor.act
 
     def act_then_stop(*args):  # a stop arrives a few steps into the second rollout
@@ -112,8 +121,7 @@ def test_a_resumed_montezuma_run_continues_its_episodes_and_repeats_the_unbroken
     assert result["update"] == 1 and result["stopped_by_signal"]
     saved = load_checkpoint(result["checkpoint"])["env_state"]
     assert len(saved) == 2 and all(0 < len(s["env"]["actions"]) <= 16 + 2 for s in saved)  # after update 1
-    again = tiny_montezuma(tmp_path, run_name="c", num_workers=workers, resume=result["checkpoint"])
-    resumed = Trainer(MONTEZUMA, again)
+    resumed = Trainer(spec, config(tmp_path, run_name="c", num_workers=workers, resume=result["checkpoint"]))
     resumed.train()
     assert resumed.update == unbroken.update == 3
     for pa, pb in zip(params(unbroken.policy) + params(unbroken.intrinsic.predictor),

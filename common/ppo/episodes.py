@@ -4,7 +4,7 @@ saved with its checkpoint, and a resumed run continues them instead of starting 
 Without this a resume drops every episode in flight, and for a while only episodes shorter than
 the steps since the resume can end, which biases whatever is measured per episode (Montezuma's
 episodes run to 4,500 steps: docs/montezuma.md, "Correction"). It needs envs whose game can
-say its episode (``GameEnv.get_state``: Montezuma) and one process (a data-parallel run's ranks
+say its episode (``GameEnv.get_state``: Montezuma, Mario) and one process (a data-parallel run's ranks
 would all read rank 0's episodes); otherwise a resumed run starts new episodes, as before.
 """
 
