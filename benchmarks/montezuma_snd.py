@@ -265,10 +265,10 @@ def markdown(summaries) -> str:
         "A 'first' column is the agent step at the end of the update in which that episode ended: the "
         "event itself came earlier, by up to (the episode's length + 127) x 128 agent steps. "
         "Hours are the logged wall time on the shared 2-core machine. A resume (the segments below; "
-        "ticks on the curves) of code before 2026-12-06 (every run so far) started every env on a new "
-        "episode and the episodes in flight at the stop were not logged, so for a while after it only "
-        "short episodes could end: the bins just after such a resume under-count events (measured in "
-        "the prose). Later code continues the episodes in progress.",
+        "ticks on the curves) of the runs up to the third amendment's seed 1 (code before 2026-12-06) "
+        "started every env on a new episode and the episodes in flight at the stop were not logged, so "
+        "for a while after it only short episodes could end: the bins just after such a resume "
+        "under-count events (measured in the prose). Runs started later continue their episodes.",
         "",
         "| method | seed | status | agent steps | hours | rooms reached | most rooms in an episode "
         "| best score | first key | first score >= 400 | first 2nd room | events, last 0.5M "
