@@ -265,7 +265,7 @@ def markdown(summaries) -> str:
         "A 'first' column is the agent step at the end of the update in which that episode ended: the "
         "event itself came earlier, by up to (the episode's length + 127) x 128 agent steps. "
         "Hours are the logged wall time on the shared 2-core machine. A resume (the segments below; "
-        "ticks on the curves) of the runs up to the third amendment's seed 1 (code before 2026-12-06) "
+        "ticks on the curves) of the runs up to the third amendment's seed 1 (code before commit 538fede) "
         "started every env on a new episode and the episodes in flight at the stop were not logged, so "
         "for a while after it only short episodes could end: the bins just after such a resume "
         "under-count events (measured in the prose). Runs started later continue their episodes.",

@@ -269,6 +269,18 @@ def test_an_episode_replays_from_its_actions_and_bad_states_are_refused():
         assert (ra, da, ia) == (rb, db, ib)
         if da:
             break
+    # an episode after a death (holding "right" runs into the first Goomba): the replay starts from the same reset
+    right = ACTION_SETS["simple"].index(["right"])
+    while not a.step(right)[2]:
+        pass
+    a.reset()
+    for action in rng.integers(a.num_actions, size=30):
+        a.step(int(action))
+    c = make_env()
+    c.reset()
+    np.testing.assert_array_equal(c.set_state(a.get_state()), a.stack.frames)
+    np.testing.assert_array_equal(c.unwrapped.ram, a.unwrapped.ram)
+    c.close()
     with pytest.raises(ValueError, match="played on '1-1 simple' cannot be replayed on '1-2 simple'"):
         make_env(stage=2).set_state(state)
     with pytest.raises(ValueError, match=r"expected uint8\[n\]"):

@@ -104,7 +104,8 @@ class IntrinsicModule:
     def reset_episodes(self) -> None:
         """Forget every env's episode (an episodic module's memory); nothing to forget by default.
 
-        The memory is never checkpointed: a resumed run resets its envs, so its episodes start afresh."""
+        The memory is never checkpointed: a resumed run starts it empty (where the game's episodes are
+        continued, Montezuma's and Mario's, a continued episode's revisits pay once more: docs/usage.md)."""
 
     def update(self, batch: dict) -> dict:
         """One optimisation step on a minibatch; returns ``{loss_name: float}``."""
