@@ -207,7 +207,7 @@ def validate_args(world, stage, action_type) -> None:
         raise ValueError(f"action_type must be one of {sorted(ACTION_SETS)}, got {action_type!r}")
 
 
-#: the most actions a Mario episode to replay may hold (its clock ends an episode within about 2,400 steps)
+#: the most actions a Mario episode to replay may hold (its clock ends an episode within about 2,000 steps)
 MAX_REPLAY = 10_000
 
 
@@ -302,19 +302,10 @@ class MarioEnv(GameEnv):
     def set_state(self, state: dict) -> np.ndarray:
         """Replay the episode of ``get_state`` (a new episode, then its actions); returns its observation.
         Only actions reach the emulator: no bytes of a file."""
-        actions, level = np.asarray(state["actions"]), str(state["level"])
-        if actions.ndim != 1 or actions.dtype != np.uint8 or len(actions) > MAX_REPLAY:
-            raise ValueError(
-                f"a Mario episode's actions are {actions.dtype} {actions.shape}: expected uint8[n], n <= {MAX_REPLAY}"
-            )
+        level = str(state["level"])
         if level != self._level():
             raise ValueError(f"a Mario episode played on {level!r} cannot be replayed on {self._level()!r}")
-        obs = self.reset()
-        for k, action in enumerate(actions):
-            obs, _, done, _ = self.step(int(action))
-            if done:
-                raise ValueError(f"a Mario episode to replay ended at its action {k + 1} of {len(actions)}")
-        return obs
+        return self._replay(state["actions"], MAX_REPLAY + 1)
 
     def _level(self) -> str:
         return f"{self.world}-{self.stage} {self.action_type}"

@@ -247,26 +247,18 @@ class MontezumaEnv(GameEnv):
     def set_state(self, state: dict) -> np.ndarray:
         """Replay the episode of ``get_state`` (a new episode, then its actions with its sticky coins) and
         return its observation uint8 ``[4, 84, 84]``. Only actions reach the emulator: no bytes of a file."""
-        actions, settings = np.asarray(state["actions"]), [self.sticky_prob, self.max_episode_steps]
-        if actions.ndim != 1 or actions.dtype != np.uint8:
-            raise ValueError(f"a Montezuma episode's actions are {actions.dtype} {actions.shape}: expected uint8[n]")
-        if len(actions) >= self.max_episode_steps:
-            raise ValueError(f"a Montezuma episode to replay has {len(actions)} actions: expected fewer than "
-                             f"{self.max_episode_steps}")  # fmt: skip
-        played = np.asarray(state["settings"], np.float64)
+        played, settings = np.asarray(state["settings"], np.float64), [self.sticky_prob, self.max_episode_steps]
         if not np.array_equal(played, settings):
             raise ValueError(
                 f"a Montezuma episode played with (sticky_prob, max_episode_steps) {played.tolist()} cannot be "
                 f"replayed with {settings}"
             )
-        obs = self.reset()
-        self._rng.bit_generator.state = state["rng"]
-        self._episode_rng = self._rng.bit_generator.state
-        for k, action in enumerate(actions):
-            obs, _, done, _ = self.step(int(action))
-            if done:
-                raise ValueError(f"a Montezuma episode to replay ended at its action {k + 1} of {len(actions)}")
-        return obs
+
+        def begin():  # the sticky-action stream as the episode began
+            self._rng.bit_generator.state = state["rng"]
+            self._episode_rng = self._rng.bit_generator.state
+
+        return self._replay(state["actions"], self.max_episode_steps, begin)
 
     def rgb_frame(self) -> np.ndarray:
         """The emulator's current screen, uint8 ``[210, 160, 3]`` RGB (a copy; for eval image strips)."""

@@ -92,7 +92,7 @@ def tiny_montezuma(tmp_path, **kw):
 
 
 RESUMABLE = {  # game -> (spec, a tiny config of 3 updates)
-    "montezuma": (MONTEZUMA, lambda tmp_path, **kw: tiny_montezuma(tmp_path, **kw)),
+    "montezuma": (MONTEZUMA, tiny_montezuma),
     "mario": (MARIO, lambda tmp_path, **kw: tiny(tmp_path, num_global_steps=96, **kw)),
 }
 

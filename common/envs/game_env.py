@@ -59,6 +59,25 @@ class GameEnv:
         """Continue the episode ``get_state`` described; returns its current observation."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore an episode in progress")
 
+    def _replay(self, actions, limit: int, begin=None) -> np.ndarray:
+        """``set_state`` for a game whose episode is its actions: checks them (uint8[n], fewer than
+        ``limit``), starts a new episode, calls ``begin()`` (what else the episode began with), replays
+        the actions and returns the observation; an episode that ends before its last action is refused."""
+        game = type(self).__name__.removesuffix("Env")
+        actions = np.asarray(actions)
+        if actions.ndim != 1 or actions.dtype != np.uint8 or len(actions) >= limit:
+            raise ValueError(
+                f"a {game} episode's actions are {actions.dtype} {actions.shape}: expected uint8[n], fewer than {limit}"
+            )
+        obs = self.reset()
+        if begin is not None:
+            begin()
+        for k, action in enumerate(actions):
+            obs, _, done, _ = self.step(int(action))
+            if done:
+                raise ValueError(f"a {game} episode to replay ended at its action {k + 1} of {len(actions)}")
+        return obs
+
     def _close_backend(self) -> None:
         """Release the emulator (game-specific)."""
 

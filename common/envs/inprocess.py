@@ -10,6 +10,11 @@ from common.envs.contract import EnvFailure, EnvWorkerError, VecEnv, failure_mes
 from common.envs.group import EnvGroup
 
 
+def _worker_error(f: EnvFailure) -> EnvWorkerError:
+    """An env's fault inside this process, as the contract reports it."""
+    return EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb)
+
+
 class InProcessVecEnv(VecEnv):
     """All envs in the calling process, stepped one after another (debugging, tests, eval)."""
 
@@ -23,7 +28,7 @@ class InProcessVecEnv(VecEnv):
             self._envs = EnvGroup(env_fns, 0, seed)
         except EnvFailure as f:
             self._closed = True
-            raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
+            raise _worker_error(f) from None
         self.observation_shape = self._envs.observation_shape
         self.num_actions = self._envs.num_actions
         self._obs = np.zeros((self.num_envs, *self.observation_shape), dtype=np.uint8)
@@ -39,7 +44,7 @@ class InProcessVecEnv(VecEnv):
         try:
             self._envs.reset(self._obs)
         except EnvFailure as f:
-            raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
+            raise _worker_error(f) from None
         return self._obs.copy()
 
     def step_async(self, actions, start: int, stop: int) -> None:
@@ -58,7 +63,7 @@ class InProcessVecEnv(VecEnv):
         try:
             rewards, dones, infos = self._envs.step(a, self._obs)
         except EnvFailure as f:
-            raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
+            raise _worker_error(f) from None
         return self._obs.copy(), rewards, dones, infos
 
     can_restore = True
@@ -74,7 +79,7 @@ class InProcessVecEnv(VecEnv):
         try:
             self._envs.set_state(states, self._obs)
         except EnvFailure as f:
-            raise EnvWorkerError(failure_message(f.env_index, f.phase, "in-process", f.tb), f.env_index, f.tb) from None
+            raise _worker_error(f) from None
         return self._obs.copy()
 
     def close(self) -> None:

@@ -355,17 +355,22 @@ class SubprocVecEnv(VecEnv):
         """
         return halves(self._ranges)
 
-    def reset(self) -> np.ndarray:
-        self._guard()
-        refuse_reset_while_stepping(self._in_flight)
+    def _every_worker(self, messages: Sequence[tuple], phase: str, timeout: float | None = None) -> dict:
+        """Send each worker its message and gather every answer; cut short, the vector env is unusable."""
         ok = False
         try:
-            self._send_all([("reset", None)] * self.num_workers, "reset")
-            results = self._gather(range(self.num_workers), "reset")
+            self._send_all(messages, phase)
+            results = self._gather(range(self.num_workers), phase, timeout)
             ok = True
         finally:
             if not ok and self._broken is None:
-                self._broken = "interrupted during reset"
+                self._broken = f"interrupted during {phase}"
+        return results
+
+    def reset(self) -> np.ndarray:
+        self._guard()
+        refuse_reset_while_stepping(self._in_flight)
+        results = self._every_worker([("reset", None)] * self.num_workers, "reset")
         return self._collect_obs(results, 0, self.num_envs)
 
     can_restore = True
@@ -383,16 +388,10 @@ class SubprocVecEnv(VecEnv):
         refuse_reset_while_stepping(self._in_flight)
         if len(states) != self.num_envs:
             raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
-        ok = False
-        try:
-            self._send_all([("set_state", states[a:b]) for a, b in self._ranges], "set_state")
-            # a worker replays its envs' episodes one after the other: up to REPLAY_SECONDS each
-            most = max(b - a for a, b in self._ranges)
-            results = self._gather(range(self.num_workers), "set_state", self.timeout + REPLAY_SECONDS * most)
-            ok = True
-        finally:
-            if not ok and self._broken is None:
-                self._broken = "interrupted during set_state"
+        # a worker replays its envs' episodes one after the other: up to REPLAY_SECONDS each
+        most = max(b - a for a, b in self._ranges)
+        messages = [("set_state", states[a:b]) for a, b in self._ranges]
+        results = self._every_worker(messages, "set_state", self.timeout + REPLAY_SECONDS * most)
         return self._collect_obs(results, 0, self.num_envs)
 
     def step_async(self, actions, start: int, stop: int) -> None:

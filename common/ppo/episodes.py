@@ -61,11 +61,9 @@ class EpisodeKeeper:
         tqdm.write(f"new episodes: the checkpoint's episodes in progress {why}")
         return envs, envs.reset()
 
-    def mark(self, envs, only_if: bool = True) -> None:
+    def mark(self, envs) -> None:
         """After an update (or the start, or a completed warm-up): what a checkpoint of it holds (None
-        where the envs cannot say). ``only_if`` False keeps the earlier mark."""
-        if not only_if:
-            return
+        where the envs cannot say)."""
         self.at_update = None  # never a state of another update, should get_state fail
         if self.enabled:
             self.at_update = envs.get_state()

@@ -231,6 +231,8 @@ class Trainer:
         """Random-agent warm-up of the intrinsic module's observation normalizer (``IntrinsicStage.warm_up``)."""
         stopped = functools.partial(self.world.stop_now, self.stop)
         obs, self.obs_norm_ready = self.stage.warm_up(self.envs, obs, self.cfg.obs_norm_steps, self.rng, stopped)
+        if self.obs_norm_ready:  # (a stopped warm-up is done afresh from the envs as they were before it)
+            self.episodes.mark(self.envs)
         return obs
 
     def collect(self, obs: np.ndarray, notes: RolloutNotes | None = None):
@@ -363,7 +365,6 @@ class Trainer:
                 self.episodes.mark(self.envs)  # a stop in the warm-up resumes from here, warming up afresh
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
-                    self.episodes.mark(self.envs, only_if=self.obs_norm_ready)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
                     if cfg.stop_when_solved and self.world.any(self.solved):  # rank 0 evaluates; all ranks stop
                         tqdm.write(f"--stop-when-solved: the run ends at update {self.update}")
