@@ -150,6 +150,28 @@ def test_episodes_in_progress_move_to_another_vector_env_montezuma():
         assert venv.get_state() is None
 
 
+def test_a_stop_inside_get_state_leaves_the_vector_env_unusable():
+    """A Ctrl-C while the workers are answering ``get_state`` leaves their answers in the pipes: a later
+    step would read them as its own, so the vector env refuses every later call, naming why."""
+    fns = [functools.partial(H.SlowStateEnv, i) for i in range(2)]
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    with SubprocVecEnv(fns, num_workers=2, seed=0) as venv:
+        venv.reset()
+        before = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(KeyboardInterrupt):
+                venv.get_state()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
+        with pytest.raises(EnvWorkerError, match="interrupted during get_state"):
+            venv.step(np.zeros(2, dtype=np.int64))
+
+
 def test_same_seed_repeats_a_run_montezuma():
     """Montezuma's sticky actions draw from the env RNG: a seed must pin them down."""
     fns = montezuma_fns(2, max_episode_steps=8)

@@ -95,3 +95,11 @@ class FloatObsEnv(CountingEnv):
 
     def reset(self, seed=None):
         return super().reset(seed).astype(np.float32)
+
+
+class SlowStateEnv(CountingEnv):
+    """Takes two seconds to say its episode in progress (a stop can land inside ``get_state``)."""
+
+    def get_state(self):
+        time.sleep(2.0)
+        return {"t": np.array(self.t)}

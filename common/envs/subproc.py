@@ -378,8 +378,7 @@ class SubprocVecEnv(VecEnv):
     def get_state(self) -> list | None:
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
-        self._send_all([("get_state", None)] * self.num_workers, "get_state")
-        results = self._gather(range(self.num_workers), "get_state")
+        results = self._every_worker([("get_state", None)] * self.num_workers, "get_state")
         parts = [results[w][2] for w in range(self.num_workers)]
         return None if any(p is None for p in parts) else [s for p in parts for s in p]
 
