@@ -30,6 +30,8 @@ first view).
 
 Seeding: ``reset(seed)`` seeds MiniGrid's layout generator; later ``reset()``
 continues its RNG, so a vector env seeded with ``seed + i`` repeats exactly.
+``get_state`` is the episode in progress as what replays it (the generator's state when the
+episode began, and its actions), so a resumed run continues its episodes (``GameEnv``).
 
 Recording: with ``record_path`` the env renders MiniGrid's full-grid RGB view
 (``render_mode="rgb_array"``, the agent's view highlighted) into an mp4 through
@@ -114,6 +116,7 @@ class GridEnv(GameEnv):
         self.stack = FrameStack(frame_stack, (CHANNELS, VIEW, VIEW), fill="repeat")
         self.observation_shape = self.stack.shape
         self.state_keys, self._key = bool(state_keys), 0
+        self._episode_rng, self._episode_actions = None, []  # what replays the episode (get_state)
         self.env_id = env_id
         self.env = _gym().make(env_id, render_mode="rgb_array" if record_path else None)
         self.unwrapped = self.env.unwrapped
@@ -149,6 +152,9 @@ class GridEnv(GameEnv):
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         self._begin_reset()
+        # the layout generator as this episode begins: gymnasium's own seeding where a seed is given
+        rng = self.unwrapped.np_random if seed is None else _gym().utils.seeding.np_random(int(seed))[0]
+        self._episode_rng, self._episode_actions = rng.bit_generator.state, []
         raw, _ = self.env.reset(seed=None if seed is None else int(seed))
         self._needs_reset = False
         self._record_screen()
@@ -158,6 +164,7 @@ class GridEnv(GameEnv):
 
     def step(self, action: int):
         action = self._begin_step(action)
+        self._episode_actions.append(action)
         raw, reward, terminated, truncated, _ = self.env.step(action)
         done = bool(terminated or truncated)
         self._needs_reset = done
@@ -166,6 +173,22 @@ class GridEnv(GameEnv):
         if self.state_keys:  # costs time every step: only when a gate counts states (docs/performance.md)
             self._key = state_key(self.unwrapped)
         return self._obs(raw), float(reward), done, self._info(float(reward), terminated, truncated, prev_key)
+
+    def get_state(self) -> dict:
+        """The episode in progress as what replays it: the layout generator's state when it began, the
+        actions taken since, and the task."""
+        return {"rng": self._episode_rng, "actions": np.array(self._episode_actions, np.uint8), "task": self.env_id}
+
+    def set_state(self, state: dict) -> np.ndarray:
+        """Replay the episode of ``get_state`` (the same layout, then its actions); returns its observation.
+        Only actions reach the env, and a generator state numpy itself checks."""
+        task = str(state["task"])
+        if task != self.env_id:
+            raise ValueError(f"a {task} episode cannot be replayed in {self.env_id}")
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = state["rng"]
+        self.unwrapped.np_random = rng  # reset() without a seed draws the layout from it
+        return self._replay(state["actions"], self.unwrapped.max_steps)
 
     def _close_backend(self) -> None:
         self.env.close()

@@ -189,6 +189,38 @@ def test_first_visit_gate_pays_each_observation_once_per_episode():
         FirstVisitGate(2).gate_rollout(prev[:, None], nxt[:, None], dones)
 
 
+def test_the_gates_memory_carries_an_episode_over_into_another_gate():
+    """``episode_state`` of a gate, given to a new one (a resumed run in another process: the keys do not
+    depend on Python's per-process hash salt), pays the same as the first gate goes on to pay."""
+    import subprocess
+    import sys
+
+    from common.intrinsic.normalize import FirstVisitGate
+
+    def frames(*codes):  # [T, 2 envs, 1, 1]: env 1 repeats env 0's frames shifted by 100
+        a = np.array(codes, np.uint8)
+        return np.stack([a, a + 100], 1).reshape(len(codes), 2, 1, 1)
+
+    first = FirstVisitGate(2)
+    assert first.episode_state() is None  # before any rollout
+    first.gate_rollout(frames(0, 1, 2), frames(1, 2, 3), np.array([[0, 0], [0, 1], [0, 0]]))
+    state = first.episode_state()
+    assert state[0].dtype == np.int64 and len(state[0]) == 4 and len(state[1]) == 2  # env 1 began anew at t=2
+    code = (
+        "from common.intrinsic.normalize import FirstVisitGate as G; import numpy as np; print(G._key(np.uint8([1])))"
+    )
+    keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)}  # fmt: skip
+    assert keys == {f"{FirstVisitGate._key(np.uint8([1]))}\n"}  # the same key in every process
+    second = FirstVisitGate(2)
+    second.set_episode_state(state)
+    more = (frames(3, 2, 9), frames(2, 9, 1), np.zeros((3, 2)))
+    np.testing.assert_array_equal(second.gate_rollout(*more), first.gate_rollout(*more))
+    for bad in ([np.zeros(2, np.int64)], [np.zeros(2, np.float64), None], "keys"):
+        with pytest.raises(ValueError, match="2 int64"):
+            second.set_episode_state(bad)
+
+
 def test_embeddings_for_visualdl_keep_their_geometry_in_200_dimensions():
     from common.run.logger import VISUALDL_MAX_DIM, project_for_visualdl
 

@@ -636,13 +636,14 @@ IMPOSSIBLE = {  # what is changed -> what the refusal names
     "visited a string": ("visited", "entry 'visited' is a str"),
     "visited holds a list": ("visited", "entry 'visited' holds"),
     "env_state a string": ("env_state", "env_state is not a list"),
+    "gate_memory holds floats": ("gate_memory", "gate_memory is not a list of int64"),
 }
 
 
 @fault(
     "a checkpoint whose numbers are impossible: a negative or infinite running variance/mean of the intrinsic "
     "return, a negative observation count, a discount of 5, update 2**63, visited rooms of the wrong type, "
-    "episodes in progress that are not a list of episodes",
+    "episodes in progress that are not a list of episodes, a first-visit gate's memory of floats",
     "CheckpointError naming the file and the entry, exit 1",
     "nothing is trained or saved from it; no loop runs through 2**63 updates",
 )
@@ -665,6 +666,8 @@ def test_impossible_numbers_in_a_checkpoint_are_named(case, tmp_path, tampered_s
         state["visited"] = {1: [2]}
     elif case == "env_state a string":
         state["env_state"] = "episodes"
+    elif case == "gate_memory holds floats":
+        state["gate_memory"] = [np.zeros(3, np.float64) for _ in state["env_state"]]
     path = str(tmp_path / "impossible.pdparams")
     if case == "int_rms mean an infinity":  # the format itself refuses it: written by hand around the check
         _write(path, {**state, "int_rms": {**state["int_rms"], "mean": np.array(1.0)}})

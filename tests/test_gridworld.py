@@ -45,6 +45,33 @@ def test_same_seed_same_layout_and_trajectory():
     assert len(layouts) > 1  # different seeds give different layouts
 
 
+def test_an_episode_in_progress_replays_in_another_env():
+    """``get_state`` / ``set_state``: another env continues the episode exactly (the same observations,
+    rewards and infos), on into the next episodes, whose layouts come from the same generator state."""
+    rng = np.random.default_rng(4)
+    actions = rng.integers(7, size=400)
+    with make_env(SMALL, state_keys=True) as a, make_env(SMALL, state_keys=True) as b:
+        a.reset(seed=9)
+        for action in actions[:30]:
+            obs, _, done, _ = a.step(int(action))
+            assert not done
+        state = a.get_state()
+        assert state["actions"].dtype == np.uint8 and len(state["actions"]) == 30
+        b.reset(seed=1)  # another layout first: the replay must not depend on it
+        np.testing.assert_array_equal(b.set_state(state), obs)
+        ends = 0
+        for action in actions[30:]:
+            (oa, ra, da, ia), (ob, rb, db, ib) = a.step(int(action)), b.step(int(action))
+            np.testing.assert_array_equal(oa, ob)
+            assert (ra, da, ia) == (rb, db, ib)
+            if da:
+                ends += 1
+                np.testing.assert_array_equal(a.reset(), b.reset())
+        assert ends >= 1
+        with pytest.raises(ValueError, match="cannot be replayed in MiniGrid-DoorKey-5x5-v0"):
+            b.set_state({**state, "task": "MiniGrid-DoorKey-8x8-v0"})
+
+
 @pytest.mark.parametrize(
     "env_id",
     [

@@ -12,6 +12,8 @@ from common.ppo.trainer import NonFiniteLossError, Trainer
 from common.run.checkpoint import CheckpointError, load_checkpoint
 from common.run.config import parse_config
 from common.run.runtime import code_commit
+from gridworld.train import SPEC as GRID
+from gridworld.train import GridConfig
 from mario.train import SPEC as MARIO
 from mario.train import MarioConfig
 from montezuma.train import SPEC as MONTEZUMA
@@ -91,18 +93,32 @@ def tiny_montezuma(tmp_path, **kw):
     return MontezumaConfig(**base)
 
 
+def tiny_gridworld(tmp_path, **kw):
+    base = dict(
+        num_processes=2, num_local_steps=16, batch_size=2, num_epochs=1, num_global_steps=96, obs_norm_steps=2,
+        eval_interval=0, video_interval=0, save_interval=1, histogram_interval=0, picture_interval=0,
+        log_path=str(tmp_path), run_name="a",
+    )  # fmt: skip
+    base.update(kw)
+    return GridConfig(**base)
+
+
 RESUMABLE = {  # game -> (spec, a tiny config of 3 updates)
     "montezuma": (MONTEZUMA, tiny_montezuma),
     "mario": (MARIO, lambda tmp_path, **kw: tiny(tmp_path, num_global_steps=96, **kw)),
+    "gridworld": (GRID, tiny_gridworld),  # with its first-visit gate, whose memory must carry over too
 }
 
 
 @pytest.mark.parametrize(
-    "game, workers", [("montezuma", -1), ("montezuma", 1), ("mario", -1)], ids=["montezuma", "worker process", "mario"]
+    "game, workers",
+    [("montezuma", -1), ("montezuma", 1), ("mario", -1), ("gridworld", -1)],
+    ids=["montezuma", "worker process", "mario", "gridworld"],
 )
 def test_a_resumed_run_continues_its_episodes_and_repeats_the_unbroken_run(tmp_path, game, workers):
-    """The checkpoint holds the envs' episodes in progress (Montezuma's and Mario's replay them), so a run
-    stopped inside its second rollout and resumed ends where the unbroken run ends, weights and episodes alike."""
+    """The checkpoint holds the envs' episodes in progress (each game's replay them) and the first-visit
+    gate's memory of them, so a run stopped inside its second rollout and resumed ends where the unbroken
+    run ends, weights and episodes alike."""
     spec, config = RESUMABLE[game]
     unbroken = Trainer(spec, config(tmp_path, num_workers=workers))
     unbroken.train()
@@ -119,8 +135,11 @@ def test_a_resumed_run_continues_its_episodes_and_repeats_the_unbroken_run(tmp_p
     stopped.actor.act = act_then_stop
     result = stopped.train()
     assert result["update"] == 1 and result["stopped_by_signal"]
-    saved = load_checkpoint(result["checkpoint"])["env_state"]
+    state = load_checkpoint(result["checkpoint"])
+    saved = state["env_state"]
     assert len(saved) == 2 and all(0 < len(s["env"]["actions"]) <= 16 + 2 for s in saved)  # after update 1
+    if game == "gridworld":  # the gate's keys of each episode so far
+        assert [len(k) > 0 for k in state["gate_memory"]] == [True, True]
     resumed = Trainer(spec, config(tmp_path, run_name="c", num_workers=workers, resume=result["checkpoint"]))
     resumed.train()
     assert resumed.update == unbroken.update == 3

@@ -9,10 +9,11 @@ start and ``_close_backend`` to release its emulator.
 
 A game may also offer ``get_state() -> dict`` and ``set_state(state) -> obs``: the episode in
 progress as numpy arrays and plain values, so that a resumed run continues its episodes where they
-were instead of starting new ones (``common.envs.group.EnvGroup``). Montezuma's and Mario's are
-what replays the episode (its actions, and Montezuma's sticky-action stream at the start), so
-that nothing of a file but legal actions reaches the emulator. ``GameEnv.get_state`` returns
-None: the game cannot (MiniGrid's env is not a ``GameEnv``; Pong's DQN loop does not ask).
+were instead of starting new ones (``common.envs.group.EnvGroup``). Montezuma's, Mario's and
+MiniGrid's are what replays the episode (its actions, and the random stream it began with:
+Montezuma's sticky actions, MiniGrid's layout generator), so that nothing of a file but legal
+actions reaches the emulator. ``GameEnv.get_state`` returns None: the game cannot (Pong's DQN
+loop does not ask).
 """
 
 from __future__ import annotations

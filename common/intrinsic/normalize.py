@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 
@@ -112,6 +114,11 @@ class RewardForwardFilter:
         self.rewems = rewems
 
 
+def keys_or_none(k) -> bool:
+    """Whether ``k`` is one env's memory in ``FirstVisitGate.episode_state``: int64[k] or None."""
+    return k is None or (isinstance(k, np.ndarray) and k.dtype == np.int64 and k.ndim == 1)
+
+
 class FirstVisitGate:
     """Episodic restriction of the intrinsic reward: 1 for the first visit of an observation
     within an episode, 0 for a revisit (BeBold, Zhang et al. 2020, arXiv 2012.08621, "ERIR";
@@ -126,7 +133,8 @@ class FirstVisitGate:
     state keys (int64, ``--first-visit-key state``: MiniGrid's full grid with the agent, as the
     NovelD authors count states). One set of seen keys per env, kept across rollouts (episodes
     span rollouts) and cleared when the env's episode ends; the first state of every episode
-    counts as visited.
+    counts as visited. ``episode_state`` / ``set_episode_state`` carry the sets over a resume that
+    continues the episodes (``common.ppo.episodes``).
     """
 
     def __init__(self, num_envs: int):
@@ -135,7 +143,23 @@ class FirstVisitGate:
 
     @staticmethod
     def _key(frame: np.ndarray) -> int:
-        return hash(frame.tobytes())
+        # blake2b, not hash(): Python salts hash() per process, and a checkpoint holds these keys
+        return int.from_bytes(hashlib.blake2b(frame.tobytes(), digest_size=8).digest(), "little", signed=True)
+
+    def episode_state(self) -> list | None:
+        """Each env's keys seen in its episode in progress, int64[k] (None where its next state begins an
+        episode), or None before the first rollout."""
+        if self.seen is None:
+            return None
+        return [None if keys is None else np.array(sorted(keys), np.int64) for keys in self.seen]
+
+    def set_episode_state(self, state: list | None) -> None:
+        """Continue the episodes of ``episode_state``."""
+        if state is not None:
+            if not (isinstance(state, list) and len(state) == self.num_envs and all(map(keys_or_none, state))):
+                raise ValueError(f"the first-visit gate's memory is not {self.num_envs} int64[k] arrays or None")
+            state = [None if keys is None else set(keys.tolist()) for keys in state]
+        self.seen = state
 
     def gate_rollout(self, prev_obs: np.ndarray, next_obs: np.ndarray, dones: np.ndarray) -> np.ndarray:
         """Gate values float32[T, N] for one rollout.
@@ -181,7 +205,8 @@ class IntrinsicRewardScale:
     ``RunningMeanStd``), as the RND paper does. With ``clip_eta`` set (``--int-reward snd``)
     it pays ``clip(clip_eta * raw, 0, 1)`` instead, as the SND authors' code does, with no
     normalisation; the running std is still kept, for the logs only. Its state (filter and
-    statistics, not the gate's per-episode memory) is checkpointed as ``{"int_filter", "int_rms"}``.
+    statistics) is checkpointed as ``{"int_filter", "int_rms"}``; the gate's memory of the episodes
+    in progress goes with them (``common.ppo.episodes``).
     """
 
     def __init__(self, gamma: float, num_envs: int, first_visit: bool = False, clip_eta: float | None = None):
@@ -206,6 +231,15 @@ class IntrinsicRewardScale:
             paid = raw * self.gate_share
         self.rms.update(self.filter.filter_rollout(paid).ravel())
         return (paid / np.sqrt(self.rms.var + 1e-8)).astype(np.float32)
+
+    def episode_state(self) -> list | None:
+        """The gate's memory of the episodes in progress (``FirstVisitGate.episode_state``), or None."""
+        return None if self.gate is None else self.gate.episode_state()
+
+    def set_episode_state(self, state: list | None) -> None:
+        """Give the gate its memory of the episodes in progress (a run without a gate has none to take)."""
+        if self.gate is not None:
+            self.gate.set_episode_state(state)
 
     @property
     def return_std(self) -> float:
