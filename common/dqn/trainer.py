@@ -22,7 +22,7 @@ article's plot: ``eval_reward0`` against the train count), so runs of the three
 agents overlay in one chart: ``episode/return`` (extrinsic), ``episode/length``,
 ``episode/intrinsic_return``, the game's ``episode/...``, ``eval/return`` and
 ``eval/length`` (greedy episodes with ``test_epsilon``), ``losses/q``,
-``losses/snd_target``, ``losses/forward`` (predictor MSE), ``charts/q_mean``,
+``losses/snd_target``, ``losses/forward`` (predictor MSE), ``charts/q_mean``, ``charts/target_mean``,
 ``charts/epsilon``, ``charts/env_steps``, ``charts/target_syncs``,
 ``charts/nonfinite_skipped``, ``intrinsic/reward_mean``, ``intrinsic/reward_max``,
 ``perf/train_steps_per_sec``, ``perf/env_steps_per_sec``, ``perf/cpu_ms_per_train_step``

@@ -14,8 +14,8 @@ C^{-1} is never inverted: each step updates it by the Sherman-Morrison rank-one 
 ``C^{-1} <- C^{-1} - u u^T / (1 + b)`` with ``u = C^{-1} phi`` (O(D^2) per step, float64 so
 thousands of updates do not drift), one matrix per env, reset to ``I / ridge`` when the env's
 episode ends. That memory is episodic state, not learned state: it is not checkpointed, and a
-resumed run starts it afresh (on MiniGrid its envs start new episodes too; where a game's episodes
-are continued, docs/usage.md, the continued ones count as new to it). The encoder keeps training
+resumed run starts it afresh (the game's episodes are continued, docs/usage.md: the continued
+ones count as new to it; a checkpoint would grow by D x D x 8 bytes per env). The encoder keeps training
 between rollouts, so an episode that spans rollouts holds features of the encoder's earlier
 weights, as in the paper's own agent, which updates C while acting.
 """
