@@ -289,7 +289,7 @@ def _episode(spec, cfg, policy, args, seed: int, output=None, screens=None, acti
         )
     finally:
         env.close()
-    video = {"video": output} if output else {}
+    video = {"video": output} if output and os.path.exists(output) else {}  # (a game may record no frames)
     return stacks, {"return": float(ret), "steps": steps, **video, **spec.episode_metrics(info)}, info
 
 
