@@ -128,6 +128,36 @@ def test_a_hung_actor_times_out_and_is_replaced():
         venv.step([0, 0])
 
 
+def test_episodes_in_progress_move_into_ray_actors_and_back():
+    """``get_state`` of an in-process vector env, ``set_state`` into Ray actors (3 MiniGrid envs on 2):
+    the next steps are the ones the first would have taken, and the actors' ``get_state`` says the
+    same episodes as the first's."""
+    from gridworld.env import make_env
+
+    fns = [functools.partial(make_env, "MiniGrid-DoorKey-5x5-v0") for _ in range(3)]
+    actions = np.random.default_rng(3).integers(7, size=(50, 3))
+    with InProcessVecEnv(fns, seed=5) as venv:
+        venv.reset()
+        for a in actions[:20]:
+            venv.step(a)
+        states = venv.get_state()
+        ref = [venv.step(a) for a in actions[20:]]
+        final = venv.get_state()
+    with RayVecEnv(fns, num_workers=2, seed=99) as venv:
+        assert venv.can_restore
+        venv.reset()
+        assert venv.set_state(states).shape == (3, 3, 7, 7)
+        got = [venv.step(a) for a in actions[20:]]
+        again = venv.get_state()
+    for (o, r, d, _), (o2, r2, d2, _) in zip(got, ref):
+        np.testing.assert_array_equal(o, o2)
+        np.testing.assert_array_equal(r, r2)
+        np.testing.assert_array_equal(d, d2)
+    assert [s["length"] for s in again] == [s["length"] for s in final]
+    for a, b in zip(again, final):
+        np.testing.assert_array_equal(a["env"]["actions"], b["env"]["actions"])
+
+
 def test_a_training_run_on_ray_actors(tmp_path):
     """The trainer with --vec-env ray: a gridworld update on 2 actors (the Ray instance is reused)."""
     from common.ppo.trainer import Trainer

@@ -39,7 +39,14 @@ import numpy as np
 
 from common.envs.contract import EnvFailure, EnvWorkerError, VecEnv, failure_message
 from common.envs.group import EnvGroup
-from common.envs.workers import THREAD_ENV_VARS, halves, refuse_reset_while_stepping, split_evenly, worker_parts
+from common.envs.workers import (
+    REPLAY_SECONDS,
+    THREAD_ENV_VARS,
+    halves,
+    refuse_reset_while_stepping,
+    split_evenly,
+    worker_parts,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
@@ -103,6 +110,18 @@ class EnvActor:
     def reset(self):
         try:
             self.group.reset(self.obs)
+        except EnvFailure as f:
+            return ("error", f.env_index, f.phase, f.tb)
+        return ("ok", self.obs, None, None, None)
+
+    def get_state(self):
+        """``("ok", None, each env's episode in progress or None, None, None)`` (``EnvGroup.get_state``)."""
+        return ("ok", None, self.group.get_state(), None, None)
+
+    def set_state(self, states: list):
+        """Continue the episodes of ``get_state``; answers their observations as ``reset`` does."""
+        try:
+            self.group.set_state(states, self.obs)
         except EnvFailure as f:
             return ("error", f.env_index, f.phase, f.tb)
         return ("ok", self.obs, None, None, None)
@@ -290,16 +309,35 @@ class RayVecEnv(VecEnv):
         """Each actor's envs in two halves (whole when it hosts one env), in env order."""
         return halves(self._ranges)
 
+    def _every_actor(self, refs: list, phase: str, seconds: float) -> list:
+        """Every actor's answer to its call ``refs[w]`` within ``seconds`` (a fault raises, as ``_await``)."""
+        deadline = time.monotonic() + seconds
+        return [self._await(w, ref, phase, deadline) for w, ref in enumerate(refs)]
+
     def reset(self) -> np.ndarray:
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
-        refs = [actor.reset.remote() for actor in self._actors]
-        deadline = time.monotonic() + self.timeout
-        obs = np.empty((self.num_envs, *self.observation_shape), np.uint8)
-        for w, ref in enumerate(refs):
-            start, stop = self._ranges[w]
-            obs[start:stop] = self._await(w, ref, "reset", deadline)[1]
-        return obs
+        answers = self._every_actor([actor.reset.remote() for actor in self._actors], "reset", self.timeout)
+        return np.concatenate([a[1] for a in answers])
+
+    can_restore = True
+
+    def get_state(self) -> list | None:
+        self._guard()
+        refuse_reset_while_stepping(self._in_flight)
+        answers = self._every_actor([actor.get_state.remote() for actor in self._actors], "get_state", self.timeout)
+        parts = [a[2] for a in answers]
+        return None if any(p is None for p in parts) else [s for p in parts for s in p]
+
+    def set_state(self, states: list) -> np.ndarray:
+        self._guard()
+        refuse_reset_while_stepping(self._in_flight)
+        if len(states) != self.num_envs:
+            raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
+        refs = [actor.set_state.remote(states[a:b]) for actor, (a, b) in zip(self._actors, self._ranges)]
+        most = max(b - a for a, b in self._ranges)  # an actor replays its envs' episodes one after the other
+        answers = self._every_actor(refs, "set_state", self.timeout + REPLAY_SECONDS * most)
+        return np.concatenate([a[1] for a in answers])
 
     def step_async(self, actions, start: int, stop: int) -> None:
         self._guard()

@@ -35,6 +35,7 @@ import numpy as np
 
 from common.envs.contract import EnvWorkerError, VecEnv, failure_message
 from common.envs.workers import (
+    REPLAY_SECONDS,
     describe_exitcode,
     halves,
     pickle_refers_to_main,
@@ -44,10 +45,6 @@ from common.envs.workers import (
     worker_main,
     worker_parts,
 )
-
-#: how long ``set_state`` may take per env of a worker (a replay of up to 4,500 Montezuma steps) on top of
-#: ``timeout`` before the worker counts as hung; a dead worker is noticed at once
-REPLAY_SECONDS = 30.0
 
 
 def _pickled_factories(env_fns: list, start: int, stop: int) -> bytes:

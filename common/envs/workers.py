@@ -26,6 +26,11 @@ THREAD_ENV_VARS = (
 )
 
 
+#: how long ``set_state`` may take per env of a worker (a replay of up to 4,500 Montezuma steps) on top of
+#: the vector env's ``timeout`` before the worker counts as hung; a dead worker is noticed at once
+REPLAY_SECONDS = 30.0
+
+
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
     """[start, stop) ranges of n items over `parts` groups, sizes differing by at most one."""
     base, extra = divmod(n, parts)
