@@ -40,10 +40,11 @@ import numpy as np
 from common.envs.contract import EnvFailure, EnvWorkerError, VecEnv, failure_message
 from common.envs.group import EnvGroup
 from common.envs.workers import (
-    REPLAY_SECONDS,
     THREAD_ENV_VARS,
     halves,
+    joined_states,
     refuse_reset_while_stepping,
+    replay_shares,
     split_evenly,
     worker_parts,
 )
@@ -326,17 +327,13 @@ class RayVecEnv(VecEnv):
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
         answers = self._every_actor([actor.get_state.remote() for actor in self._actors], "get_state", self.timeout)
-        parts = [a[2] for a in answers]
-        return None if any(p is None for p in parts) else [s for p in parts for s in p]
+        return joined_states([a[2] for a in answers])
 
     def set_state(self, states: list) -> np.ndarray:
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
-        if len(states) != self.num_envs:
-            raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
-        refs = [actor.set_state.remote(states[a:b]) for actor, (a, b) in zip(self._actors, self._ranges)]
-        most = max(b - a for a, b in self._ranges)  # an actor replays its envs' episodes one after the other
-        answers = self._every_actor(refs, "set_state", self.timeout + REPLAY_SECONDS * most)
+        shares, seconds = replay_shares(states, self._ranges, self.timeout)
+        answers = self._every_actor([a.set_state.remote(s) for a, s in zip(self._actors, shares)], "set_state", seconds)
         return np.concatenate([a[1] for a in answers])
 
     def step_async(self, actions, start: int, stop: int) -> None:

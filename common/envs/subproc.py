@@ -35,11 +35,12 @@ import numpy as np
 
 from common.envs.contract import EnvWorkerError, VecEnv, failure_message
 from common.envs.workers import (
-    REPLAY_SECONDS,
     describe_exitcode,
     halves,
+    joined_states,
     pickle_refers_to_main,
     refuse_reset_while_stepping,
+    replay_shares,
     split_evenly,
     worker_launch,
     worker_main,
@@ -376,18 +377,13 @@ class SubprocVecEnv(VecEnv):
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
         results = self._every_worker([("get_state", None)] * self.num_workers, "get_state")
-        parts = [results[w][2] for w in range(self.num_workers)]
-        return None if any(p is None for p in parts) else [s for p in parts for s in p]
+        return joined_states([results[w][2] for w in range(self.num_workers)])
 
     def set_state(self, states: list) -> np.ndarray:
         self._guard()
         refuse_reset_while_stepping(self._in_flight)
-        if len(states) != self.num_envs:
-            raise ValueError(f"{len(states)} env states for {self.num_envs} envs")
-        # a worker replays its envs' episodes one after the other: up to REPLAY_SECONDS each
-        most = max(b - a for a, b in self._ranges)
-        messages = [("set_state", states[a:b]) for a, b in self._ranges]
-        results = self._every_worker(messages, "set_state", self.timeout + REPLAY_SECONDS * most)
+        shares, seconds = replay_shares(states, self._ranges, self.timeout)
+        results = self._every_worker([("set_state", share) for share in shares], "set_state", seconds)
         return self._collect_obs(results, 0, self.num_envs)
 
     def step_async(self, actions, start: int, stop: int) -> None:

@@ -31,6 +31,21 @@ THREAD_ENV_VARS = (
 REPLAY_SECONDS = 30.0
 
 
+def joined_states(parts: list) -> list | None:
+    """Every worker's ``EnvGroup.get_state`` answer, in env order: the envs' states, or None when a
+    worker's envs cannot say theirs."""
+    return None if any(p is None for p in parts) else [s for p in parts for s in p]
+
+
+def replay_shares(states: list, ranges, timeout: float) -> tuple[list, float]:
+    """Each worker's share of ``states`` (one per env of ``ranges``), and how long the replay may take."""
+    num_envs = ranges[-1][1]
+    if len(states) != num_envs:
+        raise ValueError(f"{len(states)} env states for {num_envs} envs")
+    most = max(b - a for a, b in ranges)  # a worker replays its envs' episodes one after the other
+    return [states[a:b] for a, b in ranges], timeout + REPLAY_SECONDS * most
+
+
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
     """[start, stop) ranges of n items over `parts` groups, sizes differing by at most one."""
     base, extra = divmod(n, parts)
