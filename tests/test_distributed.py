@@ -299,16 +299,23 @@ def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
         cmd += ["--num-global-steps", str(steps), "--run-name", run_name, *extra]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-        logs = "".join((tmp_path / f"launch_{run_name}" / f"workerlog.{r}").read_text() for r in (0, 1))
-        assert res.returncode == 0, res.stdout[-2000:] + logs[-4000:]
-        return tmp_path / "runs" / run_name / "models"
+        logs = [(tmp_path / f"launch_{run_name}" / f"workerlog.{r}").read_text() for r in (0, 1)]
+        assert res.returncode == 0, res.stdout[-2000:] + "".join(logs)[-4000:]
+        return tmp_path / "runs" / run_name / "models", logs
 
-    models = mario("a", 32)  # 2 updates of 2 ranks x 1 env x 8 steps
+    models, _ = mario("a", 32)  # 2 updates of 2 ranks x 1 env x 8 steps
     state = load_checkpoint(str(models / "mario_1_1_2.pdparams"))
     assert state["world_size"] == 2 and state["global_step"] == 32 and state["update"] == 2
-    resumed = mario("b", 64, "--resume", str(models / "mario_1_1_2.pdparams"))
+    assert [len(s["env"]["actions"]) >= 16 for s in state["env_state"]] == [True, True]  # each rank's, in rank order
+    resumed, logs = mario("b", 64, "--resume", str(models / "mario_1_1_2.pdparams"))
+    assert all("continuing the checkpoint's 1 episodes in progress" in log for log in logs)  # each its own
     state = load_checkpoint(str(resumed / "mario_1_1_4.pdparams"))
     assert state["world_size"] == 2 and state["global_step"] == 64 and state["update"] == 4
+    unbroken, _ = mario("c", 64)  # the resumed run is the unbroken one: the same episodes, the same weights
+    other = load_checkpoint(str(unbroken / "mario_1_1_4.pdparams"))
+    assert [s["length"] for s in state["env_state"]] == [s["length"] for s in other["env_state"]]
+    for name, weight in state["policy"].items():
+        np.testing.assert_array_equal(np.asarray(weight), np.asarray(other["policy"][name]), err_msg=name)
 
 
 def test_pong_refuses_to_run_under_the_launcher(tmp_path):

@@ -637,13 +637,15 @@ IMPOSSIBLE = {  # what is changed -> what the refusal names
     "visited holds a list": ("visited", "entry 'visited' holds"),
     "env_state a string": ("env_state", "env_state is not a list"),
     "gate_memory holds floats": ("gate_memory", "gate_memory is not a list of int64"),
+    "rank_state a bad generator": ("rank_state", "rank_state is not a list of"),
 }
 
 
 @fault(
     "a checkpoint whose numbers are impossible: a negative or infinite running variance/mean of the intrinsic "
     "return, a negative observation count, a discount of 5, update 2**63, visited rooms of the wrong type, "
-    "episodes in progress that are not a list of episodes, a first-visit gate's memory of floats",
+    "episodes in progress that are not a list of episodes, a first-visit gate's memory of floats, a rank's "
+    "random stream that is not a generator state",
     "CheckpointError naming the file and the entry, exit 1",
     "nothing is trained or saved from it; no loop runs through 2**63 updates",
 )
@@ -668,6 +670,9 @@ def test_impossible_numbers_in_a_checkpoint_are_named(case, tmp_path, tampered_s
         state["env_state"] = "episodes"
     elif case == "gate_memory holds floats":
         state["gate_memory"] = [np.zeros(3, np.float64) for _ in state["env_state"]]
+    elif case == "rank_state a bad generator":
+        n = len(state["env_state"])
+        state["rank_state"] = [{"filter": np.zeros(n), "rngs": [{"bit_generator": "MT19937", "state": 5}]}]
     path = str(tmp_path / "impossible.pdparams")
     if case == "int_rms mean an infinity":  # the format itself refuses it: written by hand around the check
         _write(path, {**state, "int_rms": {**state["int_rms"], "mean": np.array(1.0)}})

@@ -4,16 +4,20 @@ saved with its checkpoint, and a resumed run continues them instead of starting 
 Without this a resume drops every episode in flight, and for a while only episodes shorter than
 the steps since the resume can end, which biases whatever is measured per episode (Montezuma's
 episodes run to 4,500 steps: docs/montezuma.md, "Correction"). It needs envs whose game can
-say its episode (``GameEnv.get_state``: Montezuma, Mario, MiniGrid) and one process (a data-parallel
-run's ranks would all read rank 0's episodes); otherwise a resumed run starts new episodes, as before.
-The first-visit gate's memory of those episodes (``FirstVisitGate``) is kept with them, so that a
-continued episode's revisits stay unpaid.
+say its episode (``GameEnv.get_state``: Montezuma, Mario, MiniGrid); otherwise a resumed run starts
+new episodes, as before. The first-visit gate's memory of those episodes (``FirstVisitGate``) is kept
+with them, so that a continued episode's revisits stay unpaid. In a data-parallel run every rank's
+are gathered (rank order) into rank 0's checkpoint, and each rank continues its own share of them;
+so is what else each rank holds for itself (``rank_state``: its envs' intrinsic-return filter and
+its random streams, where the checkpoint's ``int_filter`` and ``rng`` are rank 0's), so that a run
+resumed on as many ranks repeats the unbroken one.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from tqdm import tqdm
 
 from common.envs.contract import EnvWorkerError
@@ -24,18 +28,27 @@ class EpisodeKeeper:
     """Holds the envs' state at the last completed update (``mark``) for its checkpoint (``entry``),
     and puts a resumed run's envs back there (``start``)."""
 
-    def __init__(self, world_size: int, scale):
-        """``scale``: the run's ``IntrinsicRewardScale`` (its first-visit gate's memory goes with the episodes)."""
-        self.enabled = world_size == 1  # and, after a get_state that answered None, False
-        self.scale = scale
+    def __init__(self, world, scale, streams):
+        """``world``: the run's ``World`` (its ranks); ``scale``: its ``IntrinsicRewardScale`` (the first-visit
+        gate's memory goes with the episodes); ``streams()``: the rank's own random generators (or None)."""
+        self.enabled = True  # until a get_state answers None
+        self.world, self.scale, self.streams = world, scale, streams
         self.at_update: list | None = None  # VecEnv.get_state() after the last completed update
         self.gate_at_update: list | None = None  # and the gate's memory of those episodes
+        self.ranks_at_update: list | None = None  # every rank's own state (_rank_state), with ranks > 1
+        self.ranks_to_restore: list | None = None
         self.to_restore: list | None = None  # a loaded checkpoint's, until the envs exist
         self.gate_to_restore: list | None = None
 
     def load(self, state: dict) -> None:
         """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length)
         and ``gate_memory``."""
+        ranks = state.get("rank_state")
+        if ranks is not None:
+            n = len(self.scale.filter.rewems)
+            if not (isinstance(ranks, list) and all(_is_rank_state(r, n) for r in ranks)):
+                raise ValueError(f"rank_state is not a list of {{'filter': float64[{n}], 'rngs': generator states}}")
+            self.ranks_to_restore = ranks if len(ranks) == self.world.size else None  # else rank 0's, as documented
         saved = state.get("env_state")
         if saved is None:
             return
@@ -46,24 +59,40 @@ class EpisodeKeeper:
             raise ValueError("gate_memory is not a list of int64[k] arrays or None")
         self.to_restore, self.gate_to_restore = saved, gate
 
+    def _rank_state(self) -> dict:
+        """What this rank holds for itself: its envs' intrinsic-return filter and its random streams."""
+        rngs = [None if g is None else g.bit_generator.state for g in self.streams()]
+        return {"filter": self.scale.filter.rewems.copy(), "rngs": rngs}
+
+    def _restore_rank(self) -> None:
+        own, self.ranks_to_restore = self.ranks_to_restore[self.world.rank], None
+        self.scale.filter.set_state_dict({**self.scale.filter.state_dict(), "rewems": own["filter"]})
+        for g, state in zip(self.streams(), own["rngs"]):
+            if g is not None and state is not None:
+                g.bit_generator.state = state
+
     def start(self, envs, remake):
         """``(envs, first observations)``: the loaded checkpoint's episodes where they can be continued,
-        else new ones (said why); ``remake()`` builds new envs when a failed replay left ``envs`` unusable."""
+        else new ones (said why); ``remake()`` builds new envs when a failed replay left ``envs`` unusable.
+        Called once the rank's streams are its own (``common.ppo.replica``): they are set back here too."""
+        if self.ranks_to_restore is not None:
+            self._restore_rank()
         saved, self.to_restore = self.to_restore, None
+        gate, self.gate_to_restore = self.gate_to_restore, None
         if saved is None:
             return envs, envs.reset()
+        n, rank, ranks = envs.num_envs, self.world.rank, self.world.size
         why = (
-            "need one process" if not self.enabled
-            else f"are of {len(saved)} envs, not {envs.num_envs}" if len(saved) != envs.num_envs
+            f"are of {len(saved)} envs, not {n * ranks}" if len(saved) != n * ranks
             else f"cannot be given to {type(envs).__name__}" if not envs.can_restore
             else ""
         )  # fmt: skip
         if not why:
             self.at_update = saved  # should the start fail, the checkpoint it saves still holds them
             try:
-                obs = envs.set_state(saved)
-                tqdm.write(f"continuing the checkpoint's {len(saved)} episodes in progress (replayed)")
-                self._restore_gate()
+                obs = envs.set_state(saved[rank * n : (rank + 1) * n])  # this rank's share
+                tqdm.write(f"continuing the checkpoint's {n} episodes in progress (replayed)")
+                self._restore_gate(gate, rank * n, n, n * ranks)
                 return envs, obs
             except (EnvWorkerError, ValueError, TypeError, OverflowError) as e:
                 self.at_update = None
@@ -73,11 +102,13 @@ class EpisodeKeeper:
         tqdm.write(f"new episodes: the checkpoint's episodes in progress {why}")
         return envs, envs.reset()
 
-    def _restore_gate(self) -> None:
-        gate, self.gate_to_restore = self.gate_to_restore, None
+    def _restore_gate(self, gate: list | None, first: int, n: int, total: int) -> None:
+        """The gate's memory of this rank's ``n`` envs from ``first`` on, out of the checkpoint's ``total``."""
         self.gate_at_update = gate
         try:
-            self.scale.set_episode_state(gate)
+            if gate is not None and len(gate) != total:
+                raise ValueError(f"it holds {len(gate)} envs' keys, not {total}")
+            self.scale.set_episode_state(None if gate is None else gate[first : first + n])
         except ValueError as e:
             self.gate_at_update = None
             tqdm.write(f"the first-visit gate starts the continued episodes with an empty memory: {e}")
@@ -86,17 +117,39 @@ class EpisodeKeeper:
         """After an update (or the start, or a completed warm-up): what a checkpoint of it holds (None
         where the envs cannot say)."""
         self.at_update = self.gate_at_update = None  # never a state of another update, should get_state fail
-        if self.enabled:
-            self.at_update = envs.get_state()
-            self.enabled = self.at_update is not None  # a game that cannot say it is not asked again
-            self.gate_at_update = self.scale.episode_state() if self.enabled else None
+        mine = envs.get_state() if self.enabled else None
+        gate = self.scale.episode_state() if mine is not None else None
+        ranks = self.world.size > 1
+        parts = self.world.gather_objects([(mine, gate, self._rank_state() if ranks else None)])
+        self.ranks_at_update = [r for _, _, r in parts] if ranks else None
+        self.enabled = all(p is not None for p, _, _ in parts)  # a game that cannot say it is not asked again
+        if self.enabled:  # every rank's, in rank order (one process: its own)
+            self.at_update = [s for p, _, _ in parts for s in p]
+            gates = [g for _, g, _ in parts]
+            self.gate_at_update = None if None in gates else [keys for g in gates for keys in g]
 
     def entry(self) -> dict:
-        """The checkpoint's ``env_state`` and ``gate_memory`` entries (empty when there is nothing to continue)."""
-        if self.at_update is None:
-            return {}
-        gate = {} if self.gate_at_update is None else {"gate_memory": self.gate_at_update}
-        return {"env_state": self.at_update, **gate}
+        """The checkpoint's ``env_state``, ``gate_memory`` and ``rank_state`` entries (those it has)."""
+        entry = {} if self.ranks_at_update is None else {"rank_state": self.ranks_at_update}
+        if self.at_update is not None:
+            entry["env_state"] = self.at_update
+            if self.gate_at_update is not None:
+                entry["gate_memory"] = self.gate_at_update
+        return entry
+
+
+def _is_rank_state(r, n: int) -> bool:
+    filt = r.get("filter") if isinstance(r, dict) else None
+    ok = isinstance(filt, np.ndarray) and filt.dtype == np.float64 and filt.shape == (n,) and np.isfinite(filt).all()
+    return ok and isinstance(r.get("rngs"), list) and all(g is None or _is_generator_state(g) for g in r["rngs"])
+
+
+def _is_generator_state(state) -> bool:
+    try:  # numpy checks it (a PCG64 state: two ints and flags)
+        np.random.PCG64().state = state
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return False
+    return True
 
 
 def _is_env_state(s) -> bool:

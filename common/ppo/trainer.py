@@ -123,7 +123,7 @@ class Trainer:
         self.last_eval = None  # the latest logged eval result
         self.solved = False  # a greedy eval solved the level (ends the run with --stop-when-solved)
         self._visited = {}  # the checkpoint's visited places, kept until the run log exists
-        self.episodes = EpisodeKeeper(self.world.size, self.int_scale)  # the envs' episodes in progress, for a resume
+        self.episodes = EpisodeKeeper(self.world, self.int_scale, lambda: (self.rng, self.intrinsic.rng))  # resume
         # threads for the networks: --num-threads (0 = one per core: this rank's share of them) on CPU, 1 on GPU
         self.threads = (cfg.num_threads or self.world.cores()) if fast else 1
         self._side = cpu.SideThread("intrinsic-update") if self.threads > 1 else None  # see learn
