@@ -1,7 +1,8 @@
 """Atomic checkpoints, loading that cannot run code, and the compatibility check.
 
 A checkpoint is a nested dict: game, config, counters, networks, optimizers, intrinsic-module
-state (networks, optimizers, normalizers), the intrinsic reward filter and RNG states. It is one
+state (networks, optimizers, normalizers), the intrinsic reward filter and RNG states, and (PPO)
+the envs' episodes in progress (``common.ppo.episodes``). It is one
 data-only file (``common.run.tensorfile``: the arrays as a safetensors file, the rest as JSON in its
 header), written to a temporary file in the same folder and renamed over the final name, so a crash
 or Ctrl-C while saving never leaves a truncated checkpoint behind; it is refused

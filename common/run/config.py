@@ -186,7 +186,7 @@ class RunConfig:
     resume: str = arg(
         "",
         "checkpoint (.pdparams) to continue from: networks, optimizers, normalizers, counters and random "
-        "state; the run continues its counters",
+        "state (and in the PPO games the envs' episodes in progress); the run continues its counters",
     )
 
     POSITIVE = ()  # names of the fields that must be > 0 (class attributes, not fields)
