@@ -158,6 +158,15 @@ def test_episodes_in_progress_move_into_ray_actors_and_back():
         np.testing.assert_array_equal(a["env"]["actions"], b["env"]["actions"])
 
 
+def test_an_envs_get_state_fault_is_reported_as_an_env_error():
+    fns = counting(1) + [functools.partial(H.BrokenStateEnv, 1)]
+    with RayVecEnv(fns, num_workers=2, seed=0) as venv:
+        venv.reset()
+        with pytest.raises(EnvWorkerError, match="deliberate get_state failure in env tag 1") as e:
+            venv.get_state()
+        assert e.value.env_index == 1
+
+
 def test_a_training_run_on_ray_actors(tmp_path):
     """The trainer with --vec-env ray: a gridworld update on 2 actors (the Ray instance is reused)."""
     from common.ppo.trainer import Trainer

@@ -103,3 +103,10 @@ class SlowStateEnv(CountingEnv):
     def get_state(self):
         time.sleep(2.0)
         return {"t": np.array(self.t)}
+
+
+class BrokenStateEnv(CountingEnv):
+    """Cannot say its episode: ``get_state`` raises."""
+
+    def get_state(self):
+        raise ValueError(f"deliberate get_state failure in env tag {self.tag}")

@@ -117,7 +117,10 @@ class EnvActor:
 
     def get_state(self):
         """``("ok", None, each env's episode in progress or None, None, None)`` (``EnvGroup.get_state``)."""
-        return ("ok", None, self.group.get_state(), None, None)
+        try:
+            return ("ok", None, self.group.get_state(), None, None)
+        except Exception:  # noqa: BLE001 - an env's fault is an answer, as in reset and step
+            return ("error", self.group.first_index, "get_state", traceback.format_exc())
 
     def set_state(self, states: list):
         """Continue the episodes of ``get_state``; answers their observations as ``reset`` does."""

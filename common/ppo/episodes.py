@@ -26,13 +26,16 @@ from common.intrinsic.normalize import keys_or_none
 
 class EpisodeKeeper:
     """Holds the envs' state at the last completed update (``mark``) for its checkpoint (``entry``),
-    and puts a resumed run's envs back there (``start``)."""
+    and puts a resumed run's envs back there (``start``). A loaded checkpoint's state counts as the
+    current one until a ``mark`` replaces it, so that a resume that fails before its first ``mark``
+    saves the file's episodes again rather than none; a state is never kept for a later update."""
 
     def __init__(self, world, scale, streams):
         """``world``: the run's ``World`` (its ranks); ``scale``: its ``IntrinsicRewardScale`` (the first-visit
         gate's memory goes with the episodes); ``streams()``: the rank's own random generators (or None)."""
         self.enabled = True  # until a get_state answers None
         self.world, self.scale, self.streams = world, scale, streams
+        self.update: int | None = None  # the update the state below belongs to
         self.at_update: list | None = None  # VecEnv.get_state() after the last completed update
         self.gate_at_update: list | None = None  # and the gate's memory of those episodes
         self.ranks_at_update: list | None = None  # every rank's own state (_rank_state), with ranks > 1
@@ -43,21 +46,18 @@ class EpisodeKeeper:
     def load(self, state: dict) -> None:
         """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length)
         and ``gate_memory``."""
-        ranks = state.get("rank_state")
-        if ranks is not None:
-            n = len(self.scale.filter.rewems)
-            if not (isinstance(ranks, list) and all(_is_rank_state(r, n) for r in ranks)):
-                raise ValueError(f"rank_state is not a list of {{'filter': float64[{n}], 'rngs': generator states}}")
-            self.ranks_to_restore = ranks if len(ranks) == self.world.size else None  # else rank 0's, as documented
-        saved = state.get("env_state")
-        if saved is None:
-            return
-        if not isinstance(saved, list) or not all(_is_env_state(s) for s in saved):
+        ranks, saved, gate = state.get("rank_state"), state.get("env_state"), state.get("gate_memory")
+        n = len(self.scale.filter.rewems)
+        if ranks is not None and not (isinstance(ranks, list) and all(_is_rank_state(r, n) for r in ranks)):
+            raise ValueError(f"rank_state is not a list of {{'filter': float64[{n}], 'rngs': generator states}}")
+        if saved is not None and not (isinstance(saved, list) and all(map(_is_env_state, saved))):
             raise ValueError("env_state is not a list of {'env': dict, 'return': number, 'length': int >= 0}")
-        gate = state.get("gate_memory")
         if gate is not None and not (isinstance(gate, list) and all(map(keys_or_none, gate))):
             raise ValueError("gate_memory is not a list of int64[k] arrays or None")
+        self.update = int(state["update"])
+        self.at_update, self.gate_at_update, self.ranks_at_update = saved, gate, ranks
         self.to_restore, self.gate_to_restore = saved, gate
+        self.ranks_to_restore = ranks if ranks is not None and len(ranks) == self.world.size else None  # else rank 0's
 
     def _rank_state(self) -> dict:
         """What this rank holds for itself: its envs' intrinsic-return filter and its random streams."""
@@ -88,14 +88,12 @@ class EpisodeKeeper:
             else ""
         )  # fmt: skip
         if not why:
-            self.at_update = saved  # should the start fail, the checkpoint it saves still holds them
             try:
                 obs = envs.set_state(saved[rank * n : (rank + 1) * n])  # this rank's share
                 tqdm.write(f"continuing the checkpoint's {n} episodes in progress (replayed)")
                 self._restore_gate(gate, rank * n, n, n * ranks)
                 return envs, obs
             except (EnvWorkerError, ValueError, TypeError, OverflowError) as e:
-                self.at_update = None
                 envs.close()
                 envs = remake()
                 why = f"could not be replayed ({str(e).strip().splitlines()[-1]})"
@@ -104,29 +102,28 @@ class EpisodeKeeper:
 
     def _restore_gate(self, gate: list | None, first: int, n: int, total: int) -> None:
         """The gate's memory of this rank's ``n`` envs from ``first`` on, out of the checkpoint's ``total``."""
-        self.gate_at_update = gate
         try:
             if gate is not None and len(gate) != total:
                 raise ValueError(f"it holds {len(gate)} envs' keys, not {total}")
             self.scale.set_episode_state(None if gate is None else gate[first : first + n])
         except ValueError as e:
-            self.gate_at_update = None
             tqdm.write(f"the first-visit gate starts the continued episodes with an empty memory: {e}")
 
-    def mark(self, envs) -> None:
-        """After an update (or the start, or a completed warm-up): what a checkpoint of it holds (None
-        where the envs cannot say)."""
-        self.at_update = self.gate_at_update = None  # never a state of another update, should get_state fail
+    def mark(self, envs, update: int) -> None:
+        """After update ``update`` (or at the start, or after a completed warm-up): what a checkpoint of it
+        holds (None where the envs cannot say). Should it fail, a state of an earlier update is not kept."""
+        if update != self.update:
+            self.at_update = self.gate_at_update = self.ranks_at_update = None
+            self.update = update
         mine = envs.get_state() if self.enabled else None
         gate = self.scale.episode_state() if mine is not None else None
         ranks = self.world.size > 1
         parts = self.world.gather_objects([(mine, gate, self._rank_state() if ranks else None)])
-        self.ranks_at_update = [r for _, _, r in parts] if ranks else None
         self.enabled = all(p is not None for p, _, _ in parts)  # a game that cannot say it is not asked again
-        if self.enabled:  # every rank's, in rank order (one process: its own)
-            self.at_update = [s for p, _, _ in parts for s in p]
-            gates = [g for _, g, _ in parts]
-            self.gate_at_update = None if None in gates else [keys for g in gates for keys in g]
+        gates = [g for _, g, _ in parts]  # every rank's, in rank order (one process: its own)
+        self.at_update = [s for p, _, _ in parts for s in p] if self.enabled else None
+        self.gate_at_update = [keys for g in gates for keys in g] if self.enabled and None not in gates else None
+        self.ranks_at_update = [r for _, _, r in parts] if ranks else None
 
     def entry(self) -> dict:
         """The checkpoint's ``env_state``, ``gate_memory`` and ``rank_state`` entries (those it has)."""

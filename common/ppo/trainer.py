@@ -232,7 +232,7 @@ class Trainer:
         stopped = functools.partial(self.world.stop_now, self.stop)
         obs, self.obs_norm_ready = self.stage.warm_up(self.envs, obs, self.cfg.obs_norm_steps, self.rng, stopped)
         if self.obs_norm_ready:  # (a stopped warm-up is done afresh from the envs as they were before it)
-            self.episodes.mark(self.envs)
+            self.episodes.mark(self.envs, self.update)
         return obs
 
     def collect(self, obs: np.ndarray, notes: RolloutNotes | None = None):
@@ -362,7 +362,7 @@ class Trainer:
         with self.stop:
             try:
                 self.envs, obs = self.episodes.start(self._make_envs(), self._make_envs)
-                self.episodes.mark(self.envs)  # a stop in the warm-up resumes from here, warming up afresh
+                self.episodes.mark(self.envs, self.update)  # a stop in the warm-up resumes from here, warming up afresh
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
@@ -434,7 +434,7 @@ class Trainer:
         t2 = time.perf_counter()
         self.update += 1
         self.global_step += self.steps_per_update
-        self.episodes.mark(self.envs)  # where a checkpoint of this update finds the envs
+        self.episodes.mark(self.envs, self.update)  # where a checkpoint of this update finds the envs
         rollout = self.buffer.summary()
         messages = self.log.update(
             self.update,
