@@ -44,8 +44,8 @@ class EpisodeKeeper:
         self.gate_to_restore: list | None = None
 
     def load(self, state: dict) -> None:
-        """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length)
-        and ``gate_memory``."""
+        """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length),
+        ``gate_memory`` and ``rank_state``, to restore at ``start`` and, until a ``mark``, to save again."""
         ranks, saved, gate = state.get("rank_state"), state.get("env_state"), state.get("gate_memory")
         n = len(self.scale.filter.rewems)
         if ranks is not None and not (isinstance(ranks, list) and all(_is_rank_state(r, n) for r in ranks)):
