@@ -208,6 +208,11 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
     ckpt = str(run / "models" / "gridworld_DoorKey-5x5_3.pdparams")
     state = load_checkpoint(ckpt)
     assert state["world_size"] == 2 and state["global_step"] == 384
+    # every rank's episodes and first-visit gate memory (4 envs each, rank order) and its own filter and streams
+    assert len(state["env_state"]) == len(state["gate_memory"]) == 8 and len(state["rank_state"]) == 2
+    filters = [r["filter"] for r in state["rank_state"]]
+    np.testing.assert_array_equal(filters[0], state["int_filter"]["rewems"])
+    assert not np.array_equal(filters[0], filters[1]) and state["rank_state"][1]["rngs"][0] != state["rng"]
     cfg = dict(num_processes=4, num_local_steps=16, batch_size=2, intrinsic="snd-v", resume=ckpt)
     cfg.update(log_path=str(tmp_path / "one"))
     with pytest.raises(CheckpointError, match="written by a run of 2 data-parallel ranks; this run has 1"):
