@@ -83,7 +83,7 @@ class MarioConfig(TrainConfig):
         "action set: right (RIGHT_ONLY), simple (SIMPLE_MOVEMENT), complex (COMPLEX_MOVEMENT)",
         choices=tuple(ACTION_SETS),
     )
-    ext_coef: float = default(1.0, "the tutorial's PPO objective unchanged")
+    ext_coef: float = default(1.0, "1, the tutorial's: its PPO objective unchanged")
     int_coef: float = default(0.5, "the RND paper's 2:1 ratio; 0 is what the tutorial actually ran")
     obs_norm_steps: int = default(128)
 

@@ -29,14 +29,16 @@ class TrainConfig(RunConfig):
     recipe: str = arg(
         "",
         "a named set of defaults for this game's flags, applied before the flags you type (which win); "
-        "empty: the defaults shown. The recipes and their settings are listed at the end of --help",
+        "empty: the defaults shown. This game's recipes and their settings, if it has any, are listed at the "
+        "end of --help",
     )
     num_threads: int = arg(
         0,
         "CPU threads for the networks: each large enough convolution batch runs as "
         "this many shards, one thread each (on oneDNN's kernels when Paddle ships them), "
         "and the intrinsic module's update step runs beside the PPO step "
-        "(0: os.cpu_count(); 1: neither). See docs/performance.md",
+        "(0: this process's share of the CPU cores, all of them outside a data-parallel launch; 1: neither). "
+        "See docs/performance.md",
     )
     inference: str = arg(
         "native",

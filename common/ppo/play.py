@@ -210,7 +210,11 @@ def play(spec, argv=None, add_arguments=None, after=None) -> dict:
         "--max-steps", type=int, default=None, help="cap on agent steps (default: the run's --max-eval-steps)"
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="episode seed (sticky actions in Montezuma; the draws of --policy sample)"
+        "--seed",
+        type=int,
+        default=0,
+        help="episode seed, 0 by default (the game's own randomness: Montezuma's sticky actions, MiniGrid's "
+        "layout; the draws of --policy sample)",
     )
     p.add_argument(
         "--policy",
