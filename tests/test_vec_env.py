@@ -148,6 +148,10 @@ def test_episodes_in_progress_move_to_another_vector_env_montezuma():
     with InProcessVecEnv([functools.partial(H.CountingEnv, 0)]) as venv:  # a game with no get_state
         venv.reset()
         assert venv.get_state() is None
+    lying = [{**s, "length": s["length"] + 1} for s in states]  # a file's length must match its actions
+    with InProcessVecEnv(fns, seed=99) as venv, pytest.raises(EnvWorkerError, match="21 steps told as 20 actions"):
+        venv.reset()
+        venv.set_state(lying)
 
 
 def test_a_stop_inside_get_state_leaves_the_vector_env_unusable():

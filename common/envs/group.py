@@ -129,6 +129,9 @@ class EnvGroup:
             raise ValueError(f"{len(states)} env states for a group of {len(self.envs)} envs")
         for j, (env, state) in enumerate(zip(self.envs, states)):
             try:
+                actions = state["env"].get("actions")  # an episode told as its actions: one per step
+                if actions is not None and len(actions) != int(state["length"]):
+                    raise ValueError(f"an episode of {state['length']} steps told as {len(actions)} actions")
                 out[j] = self._check(j, env.set_state(state["env"]), "set_state()")
                 self._returns[j], self._lengths[j] = float(state["return"]), int(state["length"])
             except Exception:
