@@ -39,9 +39,7 @@ class EpisodeKeeper:
         self.at_update: list | None = None  # VecEnv.get_state() after the last completed update
         self.gate_at_update: list | None = None  # and the gate's memory of those episodes
         self.ranks_at_update: list | None = None  # every rank's own state (_rank_state), with ranks > 1
-        self.ranks_to_restore: list | None = None
-        self.to_restore: list | None = None  # a loaded checkpoint's, until the envs exist
-        self.gate_to_restore: list | None = None
+        self.resuming = False  # the state above is a loaded checkpoint's, until start puts it back
 
     def load(self, state: dict) -> None:
         """Keep a checkpoint's ``env_state`` (checked: one dict per env with its episode's return and length),
@@ -56,16 +54,14 @@ class EpisodeKeeper:
             raise ValueError("gate_memory is not a list of int64[k] arrays or None")
         self.update = int(state["update"])
         self.at_update, self.gate_at_update, self.ranks_at_update = saved, gate, ranks
-        self.to_restore, self.gate_to_restore = saved, gate
-        self.ranks_to_restore = ranks if ranks is not None and len(ranks) == self.world.size else None  # else rank 0's
+        self.resuming = True
 
     def _rank_state(self) -> dict:
         """What this rank holds for itself: its envs' intrinsic-return filter and its random streams."""
         rngs = [None if g is None else g.bit_generator.state for g in self.streams()]
         return {"filter": self.scale.filter.rewems.copy(), "rngs": rngs}
 
-    def _restore_rank(self) -> None:
-        own, self.ranks_to_restore = self.ranks_to_restore[self.world.rank], None
+    def _restore_rank(self, own: dict) -> None:
         self.scale.filter.set_state_dict({**self.scale.filter.state_dict(), "rewems": own["filter"]})
         for g, state in zip(self.streams(), own["rngs"]):
             if g is not None and state is not None:
@@ -75,10 +71,10 @@ class EpisodeKeeper:
         """``(envs, first observations)``: the loaded checkpoint's episodes where they can be continued,
         else new ones (said why); ``remake()`` builds new envs when a failed replay left ``envs`` unusable.
         Called once the rank's streams are its own (``common.ppo.replica``): they are set back here too."""
-        if self.ranks_to_restore is not None:
-            self._restore_rank()
-        saved, self.to_restore = self.to_restore, None
-        gate, self.gate_to_restore = self.gate_to_restore, None
+        resuming, self.resuming = self.resuming, False
+        saved, gate, ranks = (self.at_update, self.gate_at_update, self.ranks_at_update) if resuming else (None,) * 3
+        if ranks is not None and len(ranks) == self.world.size:  # (on another number of ranks: rank 0's, as documented)
+            self._restore_rank(ranks[self.world.rank])
         if saved is None:
             return envs, envs.reset()
         n, rank, ranks = envs.num_envs, self.world.rank, self.world.size
