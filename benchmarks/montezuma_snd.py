@@ -9,7 +9,7 @@
 
 Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --seed <k>`` (128 envs x
 128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
-a checkpoint every 10 updates. Runs go one after the other. A run cut short
+a checkpoint every 10 updates or 20 minutes. Runs go one after the other. A run cut short
 continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
 float16 weights, the large matrices int8, no optimizer moments), with its config,
@@ -101,7 +101,9 @@ SND_CHART = {
     "snd-vic-authors": "about 2.5 by 3-4M (their SND-VIC)",
     "snd-vic-authors-policy": "about 2.5 by 3-4M (their SND-VIC)",
 }
-RUN_ARGS = ("--save-interval", "10", "--eval-interval", "20", "--video-interval", "100")
+#: a checkpoint every 10 updates or 20 minutes, whichever comes first (a hard stop loses at most 20 minutes and
+#: the update in progress), a greedy evaluation every 20 updates
+RUN_ARGS = ("--save-interval", "10", "--save-minutes", "20", "--eval-interval", "20", "--video-interval", "100")
 CURVE_BIN = 65_536  # agent steps per point of the curves: 4 updates
 SCORE_MARK = 400  # the key (100) and a door (300): the score of leaving the first room through a door
 RESULTS = os.path.join(ROOT, "docs", "results", "montezuma_snd")
