@@ -509,9 +509,9 @@ def _read_checkpoint(src) -> dict:
     return _map_state(state, lambda leaf: leaf.numpy() if hasattr(leaf, "numpy") else leaf)
 
 
-#: an intrinsic module's float32 matrix with at least this many entries is packed as int8 with one scale
-#: per column (the SND authors' 15,488 x 512 layers, the games' 3,136 x 512): half float16's bytes; what
-#: that does to the reward: the README in benchmarks/lane_state/. The policy and every smaller array: float16
+#: a float32 matrix (the policy's or the intrinsic module's) with at least this many entries is packed as int8
+#: with one scale per column (the SND authors' 15,488 x 512 layers, the games' 3,136 x 512): half float16's
+#: bytes; what that does to the reward: the README in benchmarks/lane_state/. Every smaller array: float16
 QUANTIZE_MIN_ENTRIES = 1 << 20
 INT8_KEYS = ("int8_columns", "column_scale")
 

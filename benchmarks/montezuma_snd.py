@@ -8,7 +8,8 @@
     python benchmarks/montezuma_snd.py --report-only --heatmaps   # + where each finished run goes in a room
 
 Every run is ``montezuma/train.py --recipe snd-montezuma --intrinsic <method> --seed <k>`` (128 envs x
-128 steps, the authors' reward convention and eta per method), logging into ``<out>/<run name>``, with
+128 steps, the authors' reward convention and eta per method; the plan's variants add their flags,
+``VARIANTS``), logging into ``<out>/<run name>``, with
 a checkpoint every 10 updates or 20 minutes. Runs go one after the other. A run cut short
 continues from its newest checkpoint (``lanes.run_plan``). A run longer than one machine's life
 continues on the next: ``--pack-state`` copies its newest checkpoint, slimmed (``lanes.slim_checkpoint``:
@@ -267,7 +268,7 @@ def markdown(summaries) -> str:
         "A 'first' column is the agent step at the end of the update in which that episode ended: the "
         "event itself came earlier, by up to (the episode's length + 127) x 128 agent steps. "
         "Hours are the logged wall time on the shared 2-core machine. A resume (the segments below; "
-        "ticks on the curves) of the runs up to the third amendment's seed 1 (code before commit 538fede) "
+        "ticks on the curves) of the runs up to the second amendment's seed 0 (code before commit 538fede) "
         "started every env on a new episode and the episodes in flight at the stop were not logged, so "
         "for a while after it only short episodes could end: the bins just after such a resume "
         "under-count events (measured in the prose). Runs started later continue their episodes.",

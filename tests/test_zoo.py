@@ -112,7 +112,12 @@ def test_the_zoo_table_names_the_authors_networks(tmp_path):
     card["settings"].update(intrinsic="snd-vic", policy_network="authors", snd_network="authors")
     (tmp_path / card["file"]).write_bytes(b"")  # the card must name a file in its zoo; the table does not read it
     (tmp_path / "card.json").write_text(json.dumps(card), encoding="utf-8")
-    assert "| PPO + SND-VIC (SND authors' networks) |" in zoo.markdown_table(str(tmp_path))
-    card["settings"].update(policy_network="game", snd_network="game")
-    (tmp_path / "card.json").write_text(json.dumps(card), encoding="utf-8")
-    assert "| PPO + SND-VIC |" in zoo.markdown_table(str(tmp_path))
+    assert "| PPO + SND-VIC (SND authors' networks and policy) |" in zoo.markdown_table(str(tmp_path))
+    for policy, snd, label in [
+        ("game", "authors", "PPO + SND-VIC (SND authors' networks)"),
+        ("authors", "game", "PPO + SND-VIC (SND authors' policy)"),
+        ("game", "game", "PPO + SND-VIC"),
+    ]:
+        card["settings"].update(policy_network=policy, snd_network=snd)
+        (tmp_path / "card.json").write_text(json.dumps(card), encoding="utf-8")
+        assert f"| {label} |" in zoo.markdown_table(str(tmp_path))
