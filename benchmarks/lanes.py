@@ -339,7 +339,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     A run with numbered checkpoints continues from the newest (``resume_ppo_run``); one cut short before
     its first is started again. A packed run newer than its folder in ``out`` is first restored from
     ``state`` (``restore_state``). Only the newest ``keep`` checkpoints are kept; the summary is refreshed at each new
-    checkpoint ("running") and when the run ends. Each run is a session of its own, at this process's
+    checkpoint and at a resume ("running") and when the run ends. Each run is a session of its own, at this process's
     nice value (``carry_nice_into_session``). A run that dies of a signal of its own (a native crash) is
     restarted from its newest checkpoint, up to ``CRASH_RETRIES`` times. A Ctrl-C, SIGTERM
     (``interrupt_on_sigterm``) or any error here stops every run (each saves) and waits for it; a run
@@ -370,6 +370,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     with contextlib.suppress(FileNotFoundError):  # and that attempt's time is not the run's
                         os.remove(os.path.join(out, run.name + ".segments.jsonl"))
                 segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
+                if ckpt and run.partial_summaries:  # a resumed run is running again, not "stopped" until its next save
+                    run.summary_if_any(out, "running")
                 log = open(os.path.join(out, run.name + ".log"), "a")
                 # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
                 proc = subprocess.Popen(

@@ -79,6 +79,22 @@ def test_a_run_that_fails_before_writing_metrics_is_reported_and_the_plan_goes_o
     assert json.loads((tmp_path / "fine.json").read_text()) == {"status": "budget", "records": 1}
 
 
+def test_a_resumed_run_reads_running_in_its_summary_from_its_start(tmp_path):
+    """--status reads the summary: a stopped run that is resumed must not read "stopped" until its next save."""
+    out = tmp_path / "out"
+    os.makedirs(out / "r" / "models")
+    _checkpoint(out / "r" / "models" / "x_3.pdparams", 3)
+    (out / "r" / "metrics.jsonl").write_text("x\n")
+    (tmp_path / "r.json").write_text(json.dumps({"status": "stopped", "records": 1}))
+    seen = tmp_path / "seen"
+    code = f"import json; open({str(seen)!r}, 'w').write(json.load(open({str(tmp_path / 'r.json')!r}))['status'])"
+    run = _planned(tmp_path, "r", code)
+    run.resume = lambda run_dir: (os.path.join(run_dir, "models", "x_3.pdparams"), 3)
+    lanes.run_plan([run], str(out), say_todo=False)
+    assert seen.read_text() == "running"
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "budget"
+
+
 def test_runs_started_from_a_background_job_can_be_stopped_before_their_trainer_starts(tmp_path):
     """A script's background job (`cmd &`) ignores SIGINT, and children inherit an ignored signal: the
     stop that stop_runs sends would be lost until a trainer installs its own handler. run_plan gives its
