@@ -53,6 +53,7 @@ from montezuma.train import MontezumaConfig  # noqa: E402
 RECIPE = "snd-montezuma"
 _ROLLOUT = MontezumaConfig.RECIPES[RECIPE].values
 STEPS_PER_UPDATE = _ROLLOUT["num_processes"] * _ROLLOUT["num_local_steps"]  # agent steps per update
+BUDGET = _ROLLOUT["num_global_steps"] // STEPS_PER_UPDATE * STEPS_PER_UPDATE  # a run's agent steps: whole updates
 #: the plan of docs/montezuma.md, in order: (method, seed)
 PLAN = (
     ("none", 0),
@@ -238,11 +239,17 @@ RUNS = lanes.Runs(
 
 
 def describe(summary) -> str:
-    return (
+    """One line on a run (``--status``, the lane's log); an unfinished run's also says how far it has to go."""
+    line = (
         f"{summary['agent_steps']:,} steps, rooms {summary['rooms_reached']}, "
         f"best score {summary['max_score']:g}, "
         + (f"first 400 at {first:,} steps" if (first := summary["first_step_score_400"]) is not None else "never 400")
     )
+    rate, left = summary.get("median_steps_per_sec"), BUDGET - summary["agent_steps"]
+    if summary.get("status") in ("running", "stopped") and rate and left > 0:
+        hours = left / rate / 3600
+        line += f"; {summary['agent_steps'] / BUDGET:.0%} of {BUDGET:,}, about {hours:.1f} h to go at {rate:g}/s"
+    return line
 
 
 # ---------------------------------------------------------------------------------- report

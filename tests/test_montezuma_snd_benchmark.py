@@ -207,6 +207,10 @@ def test_status_line_says_never_where_no_run_scored_400():
     summaries = {s["method"]: s for s in bench.RUNS.load(os.path.join(ROOT, "docs", "results", "montezuma_snd"))}
     assert bench.describe(summaries["snd-vic"]).endswith("first 400 at 917,504 steps")
     assert bench.describe(summaries["none"]).endswith("never 400")
+    # an unfinished run also says how far it has to go, at its own median rate
+    half = dict(summaries["none"], status="running", agent_steps=bench.BUDGET // 2, median_steps_per_sec=100.0)
+    hours = bench.BUDGET / 2 / 100.0 / 3600
+    assert bench.describe(half).endswith(f"never 400; 50% of 3,997,696, about {hours:.1f} h to go at 100/s")
 
 
 def test_resume_steps_are_the_later_starts_of_a_run():
