@@ -46,14 +46,15 @@ if ROOT not in sys.path:
 
 from benchmarks import lanes  # noqa: E402
 from common.run import logger as tags  # noqa: E402
+from common.run.config import parse_config  # noqa: E402
 from common.run.logger import read_metrics  # noqa: E402
 from montezuma.env import rooms_of_mask  # noqa: E402
 from montezuma.train import MontezumaConfig  # noqa: E402
 
 RECIPE = "snd-montezuma"
-_ROLLOUT = MontezumaConfig.RECIPES[RECIPE].values
-STEPS_PER_UPDATE = _ROLLOUT["num_processes"] * _ROLLOUT["num_local_steps"]  # agent steps per update
-BUDGET = _ROLLOUT["num_global_steps"] // STEPS_PER_UPDATE * STEPS_PER_UPDATE  # a run's agent steps: whole updates
+_RECIPE_CONFIG = parse_config(MontezumaConfig, ["--recipe", RECIPE])  # what every run's trainer computes from
+STEPS_PER_UPDATE = _RECIPE_CONFIG.rollout_size  # agent steps per update
+BUDGET = _RECIPE_CONFIG.num_updates * STEPS_PER_UPDATE  # a run's agent steps: whole updates
 #: the plan of docs/montezuma.md, in order: (method, seed)
 PLAN = (
     ("none", 0),

@@ -276,12 +276,13 @@ def markdown_table(zoo: str = ZOO) -> str:
         hours = "-" if c["hours_on_2_core_cpu"] is None else f"{c['hours_on_2_core_cpu']:.2f}"
         method = c["settings"].get("intrinsic", "?")
         method = "PPO" if method == "none" else f"PPO + {method.upper()}"
-        authors = [c["settings"].get(k) == "authors" for k in ("snd_network", "policy_network")]
-        method += {
-            (True, True): " (SND authors' networks and policy)",
-            (True, False): " (SND authors' networks)",
-            (False, True): " (SND authors' policy)",
-        }.get(tuple(authors), "")
+        authors = [
+            part
+            for key, part in (("snd_network", "networks"), ("policy_network", "policy"))
+            if c["settings"].get(key) == "authors"
+        ]
+        if authors:
+            method += f" (SND authors' {' and '.join(authors)})"
         if c["game"] == "pong":  # the SND article's agents
             method = {"dqn": "Double DQN", "dqn-e0": "Double DQN, epsilon 0", "snd": "Double DQN + SND-V"}.get(
                 c["settings"].get("agent"), "Double DQN"
