@@ -70,6 +70,7 @@ setup(
         "distributed": ["ray>=2.9,<3"],
         "test": [
             "pytest>=7",
+            "pytest-xdist>=3.5",  # the suite runs on every core (pyproject.toml: -n auto)
             "nbclient>=0.7",
             "nbformat>=5",
             "ipykernel>=6",

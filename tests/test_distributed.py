@@ -136,6 +136,10 @@ def test_checkpoints_of_another_world_size_are_refused_unless_allowed():
 
 
 # ------------------------------------------------------------------ two ranks on loopback
+# One xdist worker runs every launch in turn: two launches never share the machine (or a port search)
+TWO_RANKS = pytest.mark.xdist_group("two_ranks")
+
+
 def launch(tmp_path, flags, name="r", **env):
     """Start ``paddle.distributed.launch --nproc_per_node 2`` on tests/distributed_run.py."""
     cmd = [
@@ -164,6 +168,7 @@ def rank_log(tmp_path, rank: int) -> str:
 
 
 @pytest.mark.slow
+@TWO_RANKS
 def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
     proc = launch(
         tmp_path,
@@ -224,6 +229,7 @@ def test_two_ranks_stay_bit_identical_and_only_rank_0_writes(tmp_path):
 
 
 @pytest.mark.slow
+@TWO_RANKS
 def test_inverse_dynamics_modules_stay_identical_over_two_ranks(tmp_path):
     """ICM's encoder and heads (one layer, ``networks()``) start from rank 0's weights and their
     gradients are averaged: after every update both ranks hold the same parameters."""
@@ -239,6 +245,7 @@ def test_inverse_dynamics_modules_stay_identical_over_two_ranks(tmp_path):
 
 
 @pytest.mark.slow
+@TWO_RANKS
 def test_a_killed_rank_ends_the_others_with_a_clear_error(tmp_path):
     proc = launch(tmp_path, ["--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "0"], "k")
     try:
@@ -288,6 +295,7 @@ def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@TWO_RANKS
 def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
     """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: docs/distributed.md's command, twice (the
     second resumes the first's checkpoint on the same world size and carries on to the new budget)."""

@@ -17,7 +17,8 @@ import pytest
 
 from common.run.logger import read_metrics
 
-pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
+# real emulators, training runs, processes or servers; the worker that made the short_runs fixtures reuses them
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("short_runs")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,9 @@ import pytest
 
 pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[distributed]" to run the Ray tests')
 
-pytestmark = pytest.mark.slow  # Ray instances and actor processes
+# Ray instances and actor processes; one xdist worker runs every Ray test, as "ray stop --force" and
+# address="auto" would reach another worker's instance
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}

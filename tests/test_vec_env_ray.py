@@ -25,7 +25,8 @@ from common.envs.factory import make_vec_env  # noqa: E402
 from common.envs.inprocess import InProcessVecEnv  # noqa: E402
 from common.envs.ray_actors import RayVecEnv  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a Ray instance and actor processes
+# a Ray instance and actor processes; one xdist worker runs every Ray test (tests/test_ray_connect.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module", autouse=True)
