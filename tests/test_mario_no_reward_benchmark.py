@@ -118,13 +118,14 @@ def test_summary_takes_the_last_10_percent_and_the_report_needs_summaries_only(t
 
 @pytest.mark.slow
 def test_the_random_policy_plays_real_episodes(tmp_path):
-    bench.play_random(str(tmp_path / "random"), episodes=1, seed=3)
+    # seed 2 loses a life after ~120 steps (most seeds play the 2,005 steps of the clock: ~18 s each here)
+    bench.play_random(str(tmp_path / "random"), episodes=1, seed=2)
     records = [json.loads(line) for line in open(tmp_path / "random" / "metrics.jsonl")]
     x = [r["value"] for r in records if r["tag"] == "episode/x_pos"]
     steps = [r["step"] for r in records if r["tag"] == "episode/x_pos"]
     assert len(x) == 1 and 40 <= x[0] <= bench.LEVEL_END and steps[0] > 0
     again = tmp_path / "again"
-    bench.play_random(str(again), episodes=1, seed=3)
+    bench.play_random(str(again), episodes=1, seed=2)
     same = [json.loads(line) for line in open(again / "metrics.jsonl") if "x_pos" in line]
     assert [r["value"] for r in same] == x  # seeded: the same episode
     assert np.isfinite(x[0])
