@@ -298,7 +298,7 @@ def test_the_scaling_benchmark_reports_saved_results(tmp_path, capsys):
 @TWO_RANKS
 def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
     """``paddle.distributed.launch --nproc_per_node 2 mario/train.py``: docs/distributed.md's command, twice (the
-    second resumes the first's checkpoint on the same world size and carries on to the new budget)."""
+    second resumes the first's update-2 checkpoint on the same world size and matches its update 4)."""
     from common.run.checkpoint import load_checkpoint
 
     flags = ["--world", "1", "--stage", "1", "--num-processes", "1", "--num-workers", "-1", "--num-local-steps"]
@@ -316,15 +316,15 @@ def test_mario_runs_on_two_ranks_and_resumes_on_two(tmp_path):
         assert res.returncode == 0, res.stdout[-2000:] + "".join(logs)[-4000:]
         return tmp_path / "runs" / run_name / "models", logs
 
-    models, _ = mario("a", 32)  # 2 updates of 2 ranks x 1 env x 8 steps
-    state = load_checkpoint(str(models / "mario_1_1_2.pdparams"))
+    unbroken, _ = mario("a", 64)  # 4 updates of 2 ranks x 1 env x 8 steps, a checkpoint after each
+    state = load_checkpoint(str(unbroken / "mario_1_1_2.pdparams"))
     assert state["world_size"] == 2 and state["global_step"] == 32 and state["update"] == 2
     assert [len(s["env"]["actions"]) >= 16 for s in state["env_state"]] == [True, True]  # each rank's, in rank order
-    resumed, logs = mario("b", 64, "--resume", str(models / "mario_1_1_2.pdparams"))
+    resumed, logs = mario("b", 64, "--resume", str(unbroken / "mario_1_1_2.pdparams"))
     assert all("continuing the checkpoint's 1 episodes in progress" in log for log in logs)  # each its own
     state = load_checkpoint(str(resumed / "mario_1_1_4.pdparams"))
     assert state["world_size"] == 2 and state["global_step"] == 64 and state["update"] == 4
-    unbroken, _ = mario("c", 64)  # the resumed run is the unbroken one: the same episodes, the same weights
+    # the resumed run is the unbroken one: the same episodes, the same weights
     other = load_checkpoint(str(unbroken / "mario_1_1_4.pdparams"))
     assert [s["length"] for s in state["env_state"]] == [s["length"] for s in other["env_state"]]
     for name, weight in state["policy"].items():
