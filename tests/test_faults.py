@@ -558,18 +558,27 @@ def test_resume_repairs_a_torn_metrics_tail_and_removes_stale_temporaries(tmp_pa
     "refused naming the flag, the value and what is accepted, exit 2",
     "nothing is started; a play refused for its checkpoint leaves no empty --output folder",
 )
-def test_careless_values_are_named(tmp_path):
-    for entry in ("gridworld/train.py", "mario/train.py", "pong/train.py"):
+def test_careless_values_are_named(tmp_path, capsys):
+    from gridworld.train import main as gridworld
+    from mario.train import main as mario
+    from pong.train import main as pong
+
+    def refused(main, *flags):  # in this process: train.py calls main() and nothing else
+        with pytest.raises(SystemExit) as stop:
+            main([*flags, "--log-path", str(tmp_path / "runs")])
+        return stop.value.code, capsys.readouterr().err
+
+    for main in (gridworld, mario, pong):
         for seed in ("-1", str(2**64 + 1)):
-            res = script(entry, "--seed", seed, "--log-path", str(tmp_path / "runs"))
-            assert res.returncode == 2 and f"--seed {seed} is invalid" in res.stderr, (entry, res.stderr[-500:])
+            code, err = refused(main, "--seed", seed)
+            assert code == 2 and f"--seed {seed} is invalid" in err, (main.__module__, err[-500:])
     for frames in ("0", "99"):
-        res = script("gridworld/train.py", "--intrinsic-frames", frames, "--log-path", str(tmp_path / "runs"))
-        assert res.returncode == 2 and f"--intrinsic-frames {frames} is invalid" in res.stderr, res.stderr[-500:]
-    res = script("gridworld/train.py", "--intrinsic-frames", "4", "--log-path", str(tmp_path / "runs"))
-    assert res.returncode == 2 and "expected 1 to 3" in res.stderr, res.stderr[-500:]
-    res = script("gridworld/train.py", "--ray-address", "auto", "--log-path", str(tmp_path / "runs"))
-    assert res.returncode == 2 and "--ray-address 'auto' is invalid" in res.stderr, res.stderr[-500:]
+        code, err = refused(gridworld, "--intrinsic-frames", frames)
+        assert code == 2 and f"--intrinsic-frames {frames} is invalid" in err, err[-500:]
+    code, err = refused(gridworld, "--intrinsic-frames", "4")
+    assert code == 2 and "expected 1 to 3" in err, err[-500:]
+    code, err = refused(gridworld, "--ray-address", "auto")
+    assert code == 2 and "--ray-address 'auto' is invalid" in err, err[-500:]
     assert not (tmp_path / "runs").exists()
     ckpt = Trainer(GRID, grid_cfg(tmp_path, run_name="p", num_global_steps=16)).train()["checkpoint"]
     res = script("gridworld/play.py", "--checkpoint", ckpt, "--seed", "-1")
