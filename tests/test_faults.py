@@ -1310,32 +1310,44 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path
 
 @fault(
     "Ctrl-C (or SIGTERM) in the middle of an update: a MiniGrid run whose update takes ~10-20 s "
-    "(1,500 epochs), signalled 2 s into its second update",
+    "(1,500 epochs), signalled 1.5 CPU-seconds into its second update",
     "stops at the next minibatch: the update under way is dropped (rolled back), the last completed update "
     "is saved, exit 130, within seconds rather than at the update's end",
     "the checkpoint holds update 1 exactly: the same weights as that update's own checkpoint",
 )
 def test_a_stop_during_an_update_saves_the_last_completed_one_within_seconds(tmp_path):
+    import psutil
+
+    # update 1 in this process with one epoch; the long update is the resumed run's update 2
+    cfg = grid_cfg(tmp_path, run_name="u", num_local_steps=64, intrinsic="rnd", num_global_steps=128)
+    first = Trainer(GRID, cfg).train()["checkpoint"]
+    kept = load_checkpoint(first)
     args = ["--num-processes", "2", "--num-local-steps", "64", "--batch-size", "2", "--num-epochs", "1500"]
     args += ["--num-global-steps", "100000", "--eval-interval", "0", "--save-interval", "1", "--obs-norm-steps", "1"]
     args += ["--log-path", str(tmp_path), "--run-name", "u", "--intrinsic", "rnd", "--num-threads", "1"]
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args],
+        [sys.executable, os.path.join(ROOT, "gridworld/train.py"), *args, "--resume", first],
         env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    first = tmp_path / "u" / "models" / "gridworld_DoorKey-5x5_1.pdparams"
-    deadline = time.time() + 600
-    while not first.exists():
+    # Past its start (imports, the resume, the env workers) the run's own CPU time is the update's: its
+    # collection takes ~0.1 s, so 1.5 CPU-seconds more are well inside the 3,000 minibatch steps.
+    config, deadline = tmp_path / "u" / "config.json", time.time() + 300
+    started = os.path.getmtime(config)  # the first run's
+    while not (config.exists() and os.path.getmtime(config) > started):
         assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else "slow"
-        time.sleep(0.2)
-    time.sleep(2)  # the second update's collection (~0.1 s) is over: its 3,000 minibatch steps are under way
+        time.sleep(0.1)
+    run = psutil.Process(proc.pid)
+    cpu = lambda: sum(run.cpu_times()[:2])  # noqa: E731  user + system, this process only
+    at_start = cpu()
+    while cpu() < at_start + 1.5:
+        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else "slow"
+        time.sleep(0.1)
     t0 = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     stopped_in = time.perf_counter() - t0
     assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
     saved = load_checkpoint(checkpoints(tmp_path / "u")[-1])
-    kept = load_checkpoint(str(first))
     assert saved["update"] == 1 == kept["update"]
     for name, w in kept["policy"].items():
         np.testing.assert_array_equal(saved["policy"][name].numpy(), w.numpy())
