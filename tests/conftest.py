@@ -4,6 +4,8 @@ import os
 import sys
 import warnings
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -13,3 +15,12 @@ warnings.filterwarnings("ignore", message="No ccache found")
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 from short_runs import mario_run, montezuma_run  # noqa: E402,F401  session fixtures: tiny real training runs
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Every test that uses a short run (directly or through another fixture) joins one xdist group, so
+    that one worker makes each session fixture once for all of them."""
+    for item in items:
+        if {"mario_run", "montezuma_run"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("short_runs"))

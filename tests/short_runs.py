@@ -3,8 +3,8 @@
 Imported into ``conftest.py``. Each run is the real trainer (``<game>.train.main``) in this
 process with in-process envs (``--num-workers -1``): 2 envs x 16 steps per update.
 
-A session fixture is made once per pytest-xdist worker: a test that uses one carries
-``pytest.mark.xdist_group("short_runs")``, so that one worker makes each run once for all of them.
+A session fixture is made once per pytest-xdist worker: ``conftest.py`` puts every test that uses
+one into the xdist group "short_runs", so that one worker makes each run once for all of them.
 """
 
 from __future__ import annotations

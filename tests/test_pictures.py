@@ -250,7 +250,6 @@ def test_mario_bins_cover_every_position():
 
 # ------------------------------------------------------------------ short real runs
 @pytest.mark.slow
-@pytest.mark.xdist_group("short_runs")  # the worker that made the mario_run fixture reuses it
 def test_mario_run_draws_both_pictures(mario_run):
     runs, result = mario_run
     run_dir = runs / "mario_short"

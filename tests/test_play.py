@@ -17,8 +17,7 @@ import pytest
 
 from common.run.logger import read_metrics
 
-# real emulators, training runs, processes or servers; the worker that made the short_runs fixtures reuses them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("short_runs")]
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

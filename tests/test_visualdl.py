@@ -28,8 +28,7 @@ from common.run.logger import read_metrics
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from visualdl_screenshots import visualdl_server  # noqa: E402  the server launcher shared with the browser test
 
-# real emulators, training runs, processes or servers; the worker that made the mario_run fixture reuses it
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("short_runs")]
+pytestmark = pytest.mark.slow  # real emulators, training runs, processes or servers
 
 RUN = "mario_short"
 TUTORIAL_TAGS = [tags.TRAINING_REWARD, tags.EVAL_EXTRINSIC, tags.EVAL_INTRINSIC, tags.TOTAL_LOSS, tags.FORWARD_LOSS]

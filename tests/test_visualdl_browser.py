@@ -33,7 +33,6 @@ if CHROMIUM is None and os.environ.get("PADDLE_CURIOSITY_REQUIRE_CHROMIUM") == "
     raise RuntimeError("PADDLE_CURIOSITY_REQUIRE_CHROMIUM=1 but no chromium is installed")
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("short_runs"),  # the worker that made the mario_run fixture reuses it
     pytest.mark.skipif(
         CHROMIUM is None,
         reason="chromium is not installed: apt-get install -y chromium chromium-driver "
