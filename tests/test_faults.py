@@ -1331,17 +1331,21 @@ def test_a_stop_during_an_update_saves_the_last_completed_one_within_seconds(tmp
     )  # fmt: skip
     # Past its start (imports, the resume, the env workers) the run's own CPU time is the update's: its
     # collection takes ~0.1 s, so 1.5 CPU-seconds more are well inside the 3,000 minibatch steps.
-    config, deadline = tmp_path / "u" / "config.json", time.time() + 300
+    deadline = time.time() + 300
+
+    def wait_until(condition):
+        while not condition():
+            ended = proc.poll() is not None
+            assert not ended and time.time() < deadline, proc.stdout.read() if ended else "slow"
+            time.sleep(0.1)
+
+    config = tmp_path / "u" / "config.json"
     started = os.path.getmtime(config)  # the first run's
-    while not (config.exists() and os.path.getmtime(config) > started):
-        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else "slow"
-        time.sleep(0.1)
+    wait_until(lambda: config.exists() and os.path.getmtime(config) > started)
     run = psutil.Process(proc.pid)
     cpu = lambda: sum(run.cpu_times()[:2])  # noqa: E731  user + system, this process only
     at_start = cpu()
-    while cpu() < at_start + 1.5:
-        assert proc.poll() is None and time.time() < deadline, proc.stdout.read() if proc.poll() is not None else "slow"
-        time.sleep(0.1)
+    wait_until(lambda: cpu() >= at_start + 1.5)
     t0 = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
