@@ -133,3 +133,16 @@ def test_a_run_starts_with_what_runs_its_folder_and_how_to_watch_it(cls, tmp_pat
     assert lines[1].startswith(f"run folder: {logs / 'r'} ") and "config.json" in lines[1]
     assert lines[2] == "watch it:   visualdl --logdir 'my runs' --language en"  # quoted: a command to paste
     assert len(lines) == 3 and "{" not in "".join(lines)  # the config is not printed
+
+
+def test_a_paddle_older_than_the_minimum_is_refused_naming_its_version(monkeypatch):
+    import paddle
+
+    from common.run import device
+
+    assert device.paddle_version_ok(paddle.__version__)  # this machine's Paddle passes
+    verdicts = {v: device.paddle_version_ok(v) for v in ("1.8.5", "2.5.2", "2.6.0", "2.6.2", "3.0.0rc1", "0.0.0")}
+    assert verdicts == {"1.8.5": False, "2.5.2": False, "2.6.0": True, "2.6.2": True, "3.0.0rc1": True, "0.0.0": True}
+    monkeypatch.setattr(paddle, "__version__", "2.5.2")
+    with pytest.raises(SystemExit, match=r"PaddlePaddle 2\.5\.2 is installed; this project needs 2\.6 or newer"):
+        device.require_paddle()

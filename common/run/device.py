@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+#: the oldest Paddle this project runs on (setup.py's ``cpu`` extra asks for the same; CI tests 2.6.2)
+MIN_PADDLE = (2, 6)
+
+
+def paddle_version_ok(version: str) -> bool:
+    """Whether a ``paddle.__version__`` string is ``MIN_PADDLE`` or newer. Paddle's source builds
+    report ``0.0.0`` and pass (they are built from a current branch)."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return True  # a version string this check cannot read is not refused on its account
+    return (major, minor) == (0, 0) or (major, minor) >= MIN_PADDLE
+
 
 def require_paddle():
-    """Import Paddle, or fail with the install command (Paddle is not a hard dependency, see setup.py)."""
+    """Import Paddle, or fail with the install command (Paddle is not a hard dependency, see setup.py);
+    fail too on a Paddle older than ``MIN_PADDLE``, naming the version found."""
     import warnings
 
     # Paddle warns about a missing C++ compiler cache on every import; it only matters for custom ops.
@@ -16,6 +30,12 @@ def require_paddle():
             'PaddlePaddle is not installed. CPU: pip install -e ".[cpu]"; '
             "GPU: install paddlepaddle-gpu for your CUDA version (see README)"
         ) from e
+    if not paddle_version_ok(paddle.__version__):
+        need = ".".join(map(str, MIN_PADDLE))
+        raise SystemExit(
+            f"PaddlePaddle {paddle.__version__} is installed; this project needs {need} or newer. "
+            f'CPU: pip install -e ".[cpu]"; GPU: upgrade paddlepaddle-gpu for your CUDA version'
+        )
     return paddle
 
 
