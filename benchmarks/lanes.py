@@ -143,6 +143,30 @@ def numbered_checkpoints(run_dir, prefix):
     return sorted(found)
 
 
+def claim_run(out, name):
+    """Hold ``<out>/<name>.claim`` (an flock the kernel drops when this process ends) and make sure no
+    trainer holds the run folder's own lock (``<out>/<name>/.lock``): the open file descriptor, or None
+    when another suite process or a trainer (an orphan, one started by hand) is at work on the run, whose
+    files must then not be cut, deleted or restored under it. Close the descriptor to let go."""
+    import fcntl
+
+    os.makedirs(out, exist_ok=True)
+    fd = os.open(os.path.join(out, name + ".claim"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        trainer_lock = os.path.join(out, name, ".lock")
+        if os.path.exists(trainer_lock):
+            held = os.open(trainer_lock, os.O_RDWR)
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no trainer; let go at once
+            finally:
+                os.close(held)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def newest_checkpoint(run_dir, prefix):
     """(path, number) of the newest numbered checkpoint in a run folder, or (None, 0)."""
     found = numbered_checkpoints(run_dir, prefix)
@@ -357,13 +381,17 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     os.makedirs(out, exist_ok=True)
     if state is not None:
         restore_state(out, state)
-    running, failed = [], []  # running: [run, proc, log, newest checkpoint seen]
+    running, failed = [], []  # running: [run, proc, log, newest checkpoint seen, claim_run's descriptor]
     crashes = {}  # run name: restarts after it died of a signal
     try:
         while pending or running:
             while pending and len(running) < lanes_at_once:
                 run = pending.pop(0)
                 run_dir = os.path.join(out, run.name)
+                claim = claim_run(out, run.name)
+                if claim is None:  # not failed: it is being trained elsewhere
+                    print(f"{run.name}: in use by another process (a suite or a trainer): skipped", flush=True)
+                    continue
                 ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
                 if ckpt is None and os.path.isdir(run_dir):
                     shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
@@ -383,12 +411,12 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     start_new_session=True,
                 )
                 carry_nice_into_session(proc.pid)
-                running.append([run, proc, log, update])
+                running.append([run, proc, log, update, claim])
                 started = f"[{time.strftime('%H:%M:%S')}] start {run.name}" + (f" {run.label}" if run.label else "")
                 print(started + (f" from update {update}" if ckpt else ""), flush=True)
             time.sleep(2)
             for entry in list(running):
-                run, proc, log, seen = entry
+                run, proc, log, seen, claim = entry
                 run_dir = os.path.join(out, run.name)
                 _, newest = newest_checkpoint(run_dir, run.prefix)
                 if proc.poll() is None:
@@ -400,6 +428,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     continue
                 running.remove(entry)
                 log.close()
+                os.close(claim)
                 rc = proc.returncode
                 segment_event(out, run.name, event="end", returncode=rc)
                 prune_checkpoints(run_dir, run.prefix, keep)
@@ -409,7 +438,8 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     failed.append(run.name)
                 note = describe(summary) if summary else f"see {os.path.join(out, run.name + '.log')}"
                 print(f"[{time.strftime('%H:%M:%S')}] {run.name} ended (rc {rc}): {status} {note}", flush=True)
-                if rc < 0 and crashes.get(run.name, 0) < CRASH_RETRIES:
+                stopped = rc in SIGNAL_EXIT.values() or rc in (-signal.SIGINT, -signal.SIGTERM)
+                if rc < 0 and not stopped and crashes.get(run.name, 0) < CRASH_RETRIES:
                     # killed by a signal of its own (a native crash, the OOM killer): again from its newest
                     # checkpoint, first in line; an error the run reports itself (exit 1) would only repeat
                     crashes[run.name] = crashes.get(run.name, 0) + 1
@@ -417,14 +447,15 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     print(
                         f"[{time.strftime('%H:%M:%S')}] {run.name}: restarting from its newest checkpoint", flush=True
                     )
-                elif rc not in (0, *SIGNAL_EXIT.values()):
+                elif rc != 0 and not stopped:
                     failed.append(run.name)
-                if rc in SIGNAL_EXIT.values():  # stopped from outside: the plan stops too
+                if stopped:  # stopped from outside (also before its trainer's handler was in place): the plan too
                     pending.clear()
     except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
         stop_runs([entry[1] for entry in running])
-        for run, proc, log, _ in running:
+        for run, proc, log, _, claim in running:
             log.close()
+            os.close(claim)
             segment_event(out, run.name, event="end", returncode=proc.returncode)
             if run.partial_summaries:
                 run.summary_if_any(out, "stopped")
@@ -467,8 +498,15 @@ def replace_block(path, start, end, block) -> str:
 
 
 # ---------------------------------------------------------------------------------- resume state in git
-#: the checkpoint entries that hold optimizer moments: a packed checkpoint leaves them out
+#: the checkpoint entries that hold optimizer moments: a packed checkpoint leaves them out, and with them
+#: any other dict keyed like ``common.run.checkpoint.optimizer_state`` (``@param<i>_...``), whatever its name
 OPTIMIZER_KEYS = ("optimizer", "predictor_opt", "target_opt")
+
+
+def _is_optimizer_state(key, value) -> bool:
+    if key in OPTIMIZER_KEYS:
+        return True
+    return isinstance(value, dict) and any(str(k).startswith("@param") for k in value)
 
 
 def _map_state(state, fn):
@@ -482,7 +520,7 @@ def _map_state(state, fn):
 
 def _drop_optimizers(state):
     if isinstance(state, dict):
-        return {k: ({} if k in OPTIMIZER_KEYS else _drop_optimizers(v)) for k, v in state.items()}
+        return {k: ({} if _is_optimizer_state(k, v) else _drop_optimizers(v)) for k, v in state.items()}
     return state
 
 
@@ -575,11 +613,15 @@ def pack_state(plan, out, state) -> list:
     packed = []
     for run in plan:
         run_dir, dest = os.path.join(out, run.name), os.path.join(state, run.name)
-        ckpt, _ = newest_checkpoint(run_dir, run.prefix)
+        ckpt, number = newest_checkpoint(run_dir, run.prefix)
         if run.done():
             shutil.rmtree(dest, ignore_errors=True)
             continue
         if ckpt is None:
+            continue
+        _, in_pack = _packed_checkpoint(dest)
+        if in_pack > number:  # this folder is behind the run's pack (a machine it left): keep the pack
+            print(f"{run.name}: not packed: the pack holds update {in_pack}, this folder only {number}")
             continue
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -626,6 +668,11 @@ def restore_state(out, state) -> list:
         prefix, packed = _packed_checkpoint(src)
         if prefix is None:
             continue
+        claim = claim_run(out, name)
+        if claim is None:
+            print(f"{name}: in use by another process, not restored")
+            continue
+        os.close(claim)  # run_plan claims it again before it starts the run
         if os.path.exists(run_dir):
             local, newest = newest_checkpoint(run_dir, prefix)
             if local is not None and newest >= packed:

@@ -1239,18 +1239,24 @@ def test_unusable_log_path_is_a_flag_error(tmp_path):
 
 
 @fault(
-    "Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background; the same signal twice",
+    "Ctrl-C (SIGINT) or SIGTERM while an evaluation plays in the background; the same signal twice; SIGTERM "
+    "then SIGINT (a shutdown reaches a benchmark suite's run and the suite, which passes a SIGINT on)",
     "the step finishes, a checkpoint is saved, workers and the eval process end quietly (no FatalError), "
-    "exit 130 (SIGINT) or 143 (SIGTERM); a second signal stops at once without saving, says so, same status, "
-    "no traceback",
+    "exit 130 (SIGINT) or 143 (SIGTERM); the same signal again stops at once without saving, says so, same "
+    "status, no traceback; the first signal of the other kind is the same stop (it saves), and says so",
     "the state of the last completed update",
 )
 @pytest.mark.parametrize(
-    "sig, code, twice",
-    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
-    ids=["SIGINT", "SIGTERM", "SIGTERM twice"],
+    "sig, code, second",
+    [
+        (signal.SIGINT, 130, None),
+        (signal.SIGTERM, 143, None),
+        (signal.SIGTERM, 143, signal.SIGTERM),
+        (signal.SIGTERM, 143, signal.SIGINT),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGTERM twice", "SIGTERM then SIGINT"],
 )
-def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path):
+def test_signals_save_and_exit_with_the_shells_status(sig, code, second, tmp_path):
     args = [
         "--num-processes",
         "2",
@@ -1292,18 +1298,20 @@ def test_signals_save_and_exit_with_the_shells_status(sig, code, twice, tmp_path
         time.sleep(0.3)
     proc.send_signal(sig)
     seen = ""
-    if twice:  # once the first is being handled, the second aborts at once: same status, a line saying so
+    if second:  # sent once the first is being handled
         while "received:" not in seen and proc.poll() is None:
             seen += proc.stdout.readline()
-        proc.send_signal(sig)
+        proc.send_signal(second)
     out, _ = proc.communicate(timeout=120)
     out = seen + out
     assert proc.returncode == code, out[-3000:]
     assert "FatalError" not in out and "Traceback" not in out, out[-3000:]
-    if twice:
+    if second == sig:  # the same signal again aborts at once: same status, a line saying so
         assert "SIGTERM again: stopped at once, without saving" in out, out[-3000:]
         assert "leaked" not in out, out[-3000:]  # the shared memory was freed
         return
+    if second:  # the other kind: the same stop, which saves below
+        assert "SIGINT after SIGTERM: the same stop" in out and "stopped at once" not in out, out[-3000:]
     state = load_checkpoint(checkpoints(tmp_path / "s")[-1])
     assert state["update"] >= 1
 

@@ -162,3 +162,68 @@ def test_a_run_that_ignores_the_stop_is_killed_after_the_grace_period():
     t0 = time.monotonic()
     assert lanes.stop_runs([proc], grace=1.0) == [-signal.SIGKILL]
     assert time.monotonic() - t0 < 10
+
+
+def test_a_run_another_process_is_at_work_on_is_skipped_and_left_untouched(tmp_path):
+    """Two suites (or a suite and an orphaned trainer) on one run: the second must not cut its metrics,
+    delete its folder or start a trainer in it, and the run is not a failure."""
+    import fcntl
+
+    out = tmp_path / "out"
+    os.makedirs(out / "r")
+    (out / "r" / "metrics.jsonl").write_text("x\n" * 3)  # no checkpoint yet: the folder a restart deletes
+    trainer = os.open(out / "r" / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(trainer, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a training run holds
+    plan = [_planned(tmp_path, "r", _writes_metrics(out / "r", lines=5))]
+    try:
+        assert lanes.run_plan(plan, str(out), say_todo=False) == []
+        assert (out / "r" / "metrics.jsonl").read_text() == "x\n" * 3 and not (tmp_path / "r.json").exists()
+    finally:
+        os.close(trainer)
+    suite = lanes.claim_run(str(out), "r")  # another suite process at work on it
+    try:
+        assert lanes.claim_run(str(out), "r") is None
+        assert lanes.run_plan(plan, str(out), say_todo=False) == []
+        assert (out / "r" / "metrics.jsonl").read_text() == "x\n" * 3
+    finally:
+        os.close(suite)
+    assert lanes.run_plan(plan, str(out), say_todo=False) == []  # free again: it runs
+    assert (out / "r" / "metrics.jsonl").read_text() == "x\n" * 5
+
+
+def test_a_run_stopped_by_a_signal_before_its_trainer_handles_one_stops_the_plan_unrestarted(tmp_path):
+    """SIGTERM or SIGINT can reach a run while it still loads (no handler yet): it dies of the signal,
+    which is a stop from outside, not a crash to restart; the plan stops with it."""
+    out = tmp_path / "out"
+    plan = [
+        _planned(tmp_path, "r", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"),
+        _planned(tmp_path, "next", _writes_metrics(out / "next")),
+    ]
+    assert lanes.run_plan(plan, str(out), say_todo=False) == []
+    assert [e["event"] for e in lanes.read_segments(str(out), "r")] == ["start", "end"]  # not started again
+    assert not (out / "next").exists()
+
+
+def test_a_pack_is_never_replaced_by_an_older_checkpoint(tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    _packed(state, "r", 6)
+    os.makedirs(out / "r" / "models")
+    _checkpoint(out / "r" / "models" / "x_4.pdparams", 4)  # a machine the run left, behind its pack
+    (out / "r" / "metrics.jsonl").write_text("x\n")
+    run = _planned(tmp_path, "r", "")
+    assert lanes.pack_state([run], str(out), str(state)) == []
+    assert lanes._packed_checkpoint(str(state / "r"))[1] == 6
+    _checkpoint(out / "r" / "models" / "x_8.pdparams", 8)  # trained on past the pack
+    assert lanes.pack_state([run], str(out), str(state)) == ["r"]
+    assert lanes._packed_checkpoint(str(state / "r"))[1] == 8
+
+
+def test_a_pack_leaves_out_the_moments_of_every_optimizer_whatever_its_entry_is_called(tmp_path):
+    from common.run.checkpoint import load_checkpoint, save_checkpoint
+
+    moments = {"@param0_moment1": np.ones(3, np.float32), "@param0_moment2": np.full(3, 1e-9, np.float32)}
+    state = {"game": "mario", "config": {}, "update": 2, "policy": {"w": np.ones(3, np.float32)}, "optimizer": {}}
+    save_checkpoint(str(tmp_path / "x_2.pdparams"), {**state, "intrinsic": {"opt": moments, "net": {"b": 1.5}}})
+    lanes.slim_checkpoint(str(tmp_path / "x_2.pdparams"), str(tmp_path / "slim.pdparams"))
+    slim = load_checkpoint(str(tmp_path / "slim.pdparams"))
+    assert slim["intrinsic"]["opt"] == {} and slim["intrinsic"]["net"] == {"b": 1.5}  # ICM's and E3B's key

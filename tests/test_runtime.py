@@ -46,9 +46,21 @@ def test_stop_signals_first_asks_second_aborts_and_handlers_come_back(capsys):
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.requested and stop.signum == signal.SIGTERM
         with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGINT) is before
     assert "SIGTERM received: finishing this step" in capsys.readouterr().out
+
+
+def test_a_signal_of_the_other_kind_after_the_first_is_the_same_stop_once(capsys):
+    """A shutdown sends SIGTERM to a trainer and to the suite that started it, which passes a SIGINT on:
+    that SIGINT must not turn the stop into an abort without saving. A signal after it does abort."""
+    with StopSignals("finishing this step") as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # absorbed: no KeyboardInterrupt
+        assert stop.signum == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert "SIGINT after SIGTERM: the same stop, still finishing this step" in capsys.readouterr().out
 
 
 def test_run_folder_is_checked_at_once_and_made_only_on_create(tmp_path):

@@ -192,8 +192,11 @@ class RunFolder:
 
 class StopSignals:
     """While open, SIGINT and SIGTERM ask the loop to stop: ``signum`` is set and the loop finishes its
-    step, saves and closes. A second signal aborts at once: KeyboardInterrupt, or, where ``on_abort``
-    holds hooks (the entry points' workers), the hooks and then the process's exit with 128 + signum.
+    step, saves and closes. The same signal again aborts at once: KeyboardInterrupt, or, where
+    ``on_abort`` holds hooks (the entry points' workers), the hooks and then the process's exit with
+    128 + signum. The first signal of the *other* kind is taken as the same stop, not as an abort: a
+    shutdown (or ``pkill``) sends SIGTERM to every process, and a supervisor that got it too (the
+    benchmark suites) passes a SIGINT on; any signal after that aborts.
 
     ``with StopSignals("finishing this step, saving a checkpoint") as stop: ... stop.requested``
     """
@@ -203,6 +206,7 @@ class StopSignals:
         self.signum: int | None = None
         self.on_abort: list = []  # () -> None each, run before a second signal ends the process
         self._old = {}
+        self._other_kind_seen = False
 
     @property
     def requested(self) -> bool:
@@ -218,6 +222,11 @@ class StopSignals:
         self._old = {}
 
     def _handle(self, signum, frame) -> None:
+        if self.signum is not None and signum != self.signum and not self._other_kind_seen:
+            self._other_kind_seen = True
+            first, name = signal.Signals(self.signum).name, signal.Signals(signum).name
+            print(f"\n{name} after {first}: the same stop, still {self.doing}", flush=True)
+            return
         if self.signum is not None:  # the second Ctrl-C: give up at once
             if not self.on_abort:
                 raise KeyboardInterrupt
@@ -231,10 +240,8 @@ class StopSignals:
             sys.stdout.flush()
             os._exit(128 + signum)
         self.signum = signum
-        print(
-            f"\n{signal.Signals(signum).name} received: {self.doing} (press Ctrl-C again to abort without saving)",
-            flush=True,
-        )
+        again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {signal.Signals(signum).name} again"
+        print(f"\n{signal.Signals(signum).name} received: {self.doing} ({again} to abort without saving)", flush=True)
 
 
 class NonFiniteSteps:
