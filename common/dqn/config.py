@@ -145,6 +145,7 @@ class DQNConfig(RunConfig):
         "max_nan_updates",
     )
     NON_NEGATIVE = ("save_interval", "eval_interval", "video_interval", "epsilon_decay_steps", "num_threads")
+    HOW_NOT_WHAT = RunConfig.HOW_NOT_WHAT + ("num_threads", "parallel_intrinsic")
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""

@@ -203,7 +203,7 @@ class DQNTrainer:
             self.rng.bit_generator.state = state["rng"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
-        self.folder.resumed_from(state, path)
+        self.folder.resumed_from(state, path, self.cfg)
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:

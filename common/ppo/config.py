@@ -251,6 +251,17 @@ class TrainConfig(RunConfig):
         "max_nan_updates",
         "snd_max_pairs",
     )
+    HOW_NOT_WHAT = RunConfig.HOW_NOT_WHAT + (
+        "num_threads",
+        "inference",
+        "num_workers",
+        "vec_env",
+        "ray_address",
+        "worker_timeout",
+        "max_worker_restarts",
+        "allow_world_size_change",
+        "eval_in_background",
+    )
     NON_NEGATIVE = (
         "intrinsic_epochs",
         "save_interval",

@@ -203,7 +203,7 @@ class Trainer:
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{path}: {type(e).__name__}: {e}") from e
         self.update, self.global_step = int(state["update"]), int(state["global_step"])
-        self.folder.resumed_from(state, path)
+        self.folder.resumed_from(state, path, self.cfg)
         self.obs_norm_ready = bool(state["obs_norm_ready"])
         self.nonfinite.total = int(state.get("nan_total", 0))
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}

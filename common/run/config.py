@@ -191,6 +191,8 @@ class RunConfig:
 
     POSITIVE = ()  # names of the fields that must be > 0 (class attributes, not fields)
     NON_NEGATIVE = ()  # ... >= 0
+    #: the fields that say where a run writes or how it computes, not what it learns: a resume may change them
+    HOW_NOT_WHAT = ("device", "log_path", "run_name", "saved_path", "resume")
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""
@@ -225,6 +227,17 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def changed_since(self, saved: dict) -> list[str]:
+        """``"--flag old -> new"`` for each setting outside ``HOW_NOT_WHAT`` whose value differs from
+        ``saved`` (the config a checkpoint holds), a setting only one of them has included."""
+        now = json.loads(json.dumps(self.to_dict()))  # tuples as the saved config's lists
+        changes = []
+        for name in sorted(set(now) | set(saved)):
+            old, new = saved.get(name, "(none)"), now.get(name, "(none)")
+            if name not in self.HOW_NOT_WHAT and old != new:
+                changes.append(f"--{flag_name(name)} {old!r} -> {new!r}")
+        return changes
 
     def to_json(self, path: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

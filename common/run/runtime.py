@@ -130,9 +130,14 @@ class RunFolder:
         self._lock = None
         self.commits = [code_commit()]  # the commits the run's code came from (a checkpoint's ``code_commits``)
 
-    def resumed_from(self, state: dict, path: str) -> None:
-        """Put the run's earlier commits, from its checkpoint ``state`` (read from ``path``), before this one."""
+    def resumed_from(self, state: dict, path: str, cfg: RunConfig | None = None) -> None:
+        """Put the run's earlier commits, from its checkpoint ``state`` (read from ``path``), before this one;
+        warn, naming each, when ``cfg`` changes a setting the checkpoint's run learned with
+        (``RunConfig.changed_since``): the run goes on with the new values, and its config.json holds them."""
         self.commits = run_commits(state.get("code_commits", ()), self.commits[-1], path)
+        changes = cfg.changed_since(state["config"]) if cfg is not None else []
+        if changes:
+            warnings.warn(f"resumed from {path} with settings other than its run's: {'; '.join(changes)}", stacklevel=2)
 
     def create(self, cfg: RunConfig) -> None:
         """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
