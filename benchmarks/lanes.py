@@ -79,7 +79,8 @@ def carry_nice_into_session(pid=None):
 
 
 def interrupt_on_sigterm():
-    """Make SIGTERM raise ``KeyboardInterrupt`` in this (main) thread, as Ctrl-C does.
+    """Make SIGTERM (and SIGHUP, a closed terminal) raise ``KeyboardInterrupt`` in this (main) thread, as
+    Ctrl-C does.
 
     A benchmark stopped with ``kill`` would otherwise die at once and leave its runs going on as
     orphans, holding the CPU with no one to summarize them; this way the benchmark's own
@@ -99,6 +100,27 @@ def interrupt_on_sigterm():
     except (ImportError, SystemExit):  # no Paddle here: nothing to replace this handler
         pass
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+
+
+#: a tiny program that asks Linux to send its process SIGINT when its parent ends (``PR_SET_PDEATHSIG``,
+#: kept across exec), then becomes the command after it (a parent already gone: SIGINT at once). Done in
+#: a fresh process, not in ``Popen(preexec_fn=)``, which is unsafe where the parent has threads (Paddle's).
+_STOP_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGINT, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os.kill(os.getpid(), signal.SIGINT)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def stopped_with_this_process(argv) -> list:
+    """``argv`` run so that it gets SIGINT when this process ends, however it ends: a run whose suite was
+    killed without a chance to stop it (SIGKILL, the OOM killer) then saves and exits, instead of training
+    on unwatched with its checkpoints unpruned. Linux only; elsewhere ``argv`` as it is."""
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-c", _STOP_WITH_PARENT, str(os.getpid()), *argv]
 
 
 #: seconds a run gets to finish its step and save once stopped (a Montezuma update takes ~140 s)
@@ -403,7 +425,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 log = open(os.path.join(out, run.name + ".log"), "a")
                 # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
                 proc = subprocess.Popen(
-                    run.argv(ckpt),
+                    stopped_with_this_process(run.argv(ckpt)),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env={**env, **run.env},

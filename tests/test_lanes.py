@@ -227,3 +227,40 @@ def test_a_pack_leaves_out_the_moments_of_every_optimizer_whatever_its_entry_is_
     lanes.slim_checkpoint(str(tmp_path / "x_2.pdparams"), str(tmp_path / "slim.pdparams"))
     slim = load_checkpoint(str(tmp_path / "slim.pdparams"))
     assert slim["intrinsic"]["opt"] == {} and slim["intrinsic"]["net"] == {"b": 1.5}  # ICM's and E3B's key
+
+
+def test_a_run_gets_its_stop_when_its_suite_is_killed_without_one(tmp_path):
+    """A suite killed outright (SIGKILL, the OOM killer) cannot pass a stop on: its run must get one anyway,
+    save and exit, instead of training on unwatched (its checkpoints unpruned, its folder fought over)."""
+    import subprocess
+    import textwrap
+
+    marker, out = tmp_path / "stopped", tmp_path / "out"
+    run = (
+        f"import signal, sys, time\n"
+        f"signal.signal(signal.SIGINT, lambda *a: (open({str(marker)!r}, 'w').write('saved'), sys.exit(130)))\n"
+        f"print('ready', flush=True)\n"
+        f"time.sleep(60)\n"
+    )
+    suite = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "benchmarks")!r})
+        import lanes
+        run = lanes.PlannedRun(
+            name="r", argv=lambda resume: [sys.executable, "-c", {run!r}], prefix="x",
+            summarize=lambda out, status: {{}}, summary_path={str(tmp_path / "r.json")!r},
+            resume=lambda run_dir: (None, 0), partial_summaries=False,
+        )
+        lanes.run_plan([run], {str(out)!r}, say_todo=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", suite], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not ((out / "r.log").exists() and "ready" in (out / "r.log").read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists() and marker.read_text() == "saved"
