@@ -222,18 +222,25 @@ def resume_ppo_run(run_dir, prefix):
 
 
 def segment_event(out, name, **event):
-    """Append one start/end event (UTC time first) to ``<out>/<name>.segments.jsonl``."""
-    with open(os.path.join(out, name + ".segments.jsonl"), "a", encoding="utf-8") as f:
+    """Append one start/end event (UTC time first) to ``<out>/<name>.segments.jsonl`` (a line torn by a
+    stop mid-write is cut first: ``logger.repair_tail``)."""
+    path = os.path.join(out, name + ".segments.jsonl")
+    tags.repair_tail(path)
+    with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **event}) + "\n")
 
 
 def read_segments(out, name) -> list:
-    """The events ``segment_event`` wrote for run ``name``, oldest first ([] if none)."""
+    """The events ``segment_event`` wrote for run ``name``, oldest first ([] if none); a torn last line
+    (a stop mid-write) is left out."""
     path = os.path.join(out, name + ".segments.jsonl")
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [line for line in f if line.strip()]
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    return [json.loads(line) for line in lines]
 
 
 def segment_pairs(events) -> list:
@@ -699,15 +706,19 @@ def restore_state(out, state) -> list:
             local, newest = newest_checkpoint(run_dir, prefix)
             if local is not None and newest >= packed:
                 continue
-            shutil.rmtree(run_dir)
-        tmp = run_dir + ".tmp"
+        # the pack is made whole beside the folder first: one that cannot be read leaves the folder as it was
+        tmp, old = run_dir + ".tmp", run_dir + ".old"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("segments.jsonl", "*.pdparams"))
         for path in glob.glob(os.path.join(src, "models", "*.pdparams")):
             unslim_checkpoint(path, os.path.join(tmp, "models", os.path.basename(path)))
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.exists(run_dir):
+            os.replace(run_dir, old)
         if os.path.exists(os.path.join(src, "segments.jsonl")):
             shutil.copy2(os.path.join(src, "segments.jsonl"), os.path.join(out, name + ".segments.jsonl"))
         os.replace(tmp, run_dir)
+        shutil.rmtree(old, ignore_errors=True)
         restored.append(name)
         print(f"{name}: restored from {src}")
     return restored

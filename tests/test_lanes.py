@@ -264,3 +264,23 @@ def test_a_run_gets_its_stop_when_its_suite_is_killed_without_one(tmp_path):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marker.exists() and marker.read_text() == "saved"
+
+
+def test_a_segment_line_torn_by_a_stop_is_left_out_and_the_next_event_starts_a_line(tmp_path):
+    start = {"time": "2026-12-07T00:00:00Z", "event": "start", "commit": "a" * 40, "resume_update": 0}
+    (tmp_path / "r.segments.jsonl").write_text(json.dumps(start) + '\n{"time": "2026-12-07T01:')
+    assert lanes.read_segments(str(tmp_path), "r") == [start]
+    with pytest.warns(RuntimeWarning, match="cut the torn last line"):
+        lanes.segment_event(str(tmp_path), "r", event="end", returncode=130)
+    assert [e["event"] for e in lanes.read_segments(str(tmp_path), "r")] == ["start", "end"]
+
+
+def test_a_pack_that_cannot_be_read_leaves_the_folder_it_would_replace(tmp_path):
+    state, out = tmp_path / "state", tmp_path / "out"
+    _packed(state, "r", 6)
+    (state / "r" / "models" / "x_6.pdparams").write_bytes(b"not a checkpoint")  # a bad merge, say
+    os.makedirs(out / "r" / "models")
+    _checkpoint(out / "r" / "models" / "x_4.pdparams", 4)
+    with pytest.raises(Exception, match="x_6.pdparams"):
+        lanes.restore_state(str(out), str(state))
+    assert lanes.newest_checkpoint(str(out / "r"), "x")[1] == 4  # still there, full precision

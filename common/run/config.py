@@ -240,9 +240,11 @@ class RunConfig:
         return changes
 
     def to_json(self, path: str) -> None:
+        """Write the config to ``path`` whole or not at all (a stop mid-write leaves the earlier file)."""
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+        os.replace(path + ".tmp", path)
 
     @classmethod
     def from_dict(cls, d: dict):
