@@ -78,8 +78,9 @@ SETUP = code("""
         # AI Studio ships paddlepaddle-gpu: install the CPU build only where there is no Paddle at all.
         EXTRA = "" if importlib.util.find_spec("paddle") else "[cpu]"
         !{sys.executable} -m pip install -q -e .{EXTRA}
-    import paddle
+    from common.run.device import require_paddle
 
+    paddle = require_paddle()  # a Paddle older than the project's minimum stops here, naming its version
     DEVICE = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
     print("repo", REPO, "| runs", RUNS, "| paddle", paddle.__version__, "| device", DEVICE, "| quick", QUICK)
 """)
