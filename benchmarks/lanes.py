@@ -796,7 +796,8 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     return 1 if failed else 0
 
 
-#: trainer flags that change how a run computes, not what it learns: allowed on the plan's own runs
+#: trainer flags that change how a run computes, not what it learns: allowed on the plan's own runs (fewer
+#: than the trainers' ``HOW_NOT_WHAT``, whose folders a suite chooses itself and whose env backends it keeps)
 HOW_NOT_WHAT = frozenset({"--device", "--num-threads", "--num-workers", "--inference"})
 
 
