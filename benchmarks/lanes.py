@@ -100,22 +100,25 @@ def interrupt_on_sigterm():
     except (ImportError, SystemExit):  # no Paddle here: nothing to replace this handler
         pass
     signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # started under nohup: it asked to outlive the terminal
+        signal.signal(signal.SIGHUP, _interrupt)
 
 
-#: a tiny program that asks Linux to send its process SIGINT when its parent ends (``PR_SET_PDEATHSIG``,
-#: kept across exec), then becomes the command after it (a parent already gone: SIGINT at once). Done in
-#: a fresh process, not in ``Popen(preexec_fn=)``, which is unsafe where the parent has threads (Paddle's).
+#: a tiny program that asks Linux to send its process SIGTERM when its parent ends (``PR_SET_PDEATHSIG``,
+#: kept across exec), then becomes the command after it (a parent already gone: SIGTERM at once). SIGTERM,
+#: not the SIGINT ``stop_runs`` sends, so that a suite killed after its stop is not the run's abort (and a
+#: trainer whose parent has gone takes no signal as one: ``StopSignals``). Done in a fresh process, not in
+#: ``Popen(preexec_fn=)``, which is unsafe where the parent has threads (Paddle's).
 _STOP_WITH_PARENT = (
     "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGINT, 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[1]): os.kill(os.getpid(), signal.SIGINT)\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os.kill(os.getpid(), signal.SIGTERM)\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 
 
 def stopped_with_this_process(argv) -> list:
-    """``argv`` run so that it gets SIGINT when this process ends, however it ends: a run whose suite was
+    """``argv`` run so that it gets SIGTERM when this process ends, however it ends: a run whose suite was
     killed without a chance to stop it (SIGKILL, the OOM killer) then saves and exits, instead of training
     on unwatched with its checkpoints unpruned. Linux only; elsewhere ``argv`` as it is."""
     if not sys.platform.startswith("linux"):
@@ -176,16 +179,18 @@ def claim_run(out, name):
     fd = os.open(os.path.join(out, name + ".claim"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        trainer_lock = os.path.join(out, name, ".lock")
-        if os.path.exists(trainer_lock):
-            held = os.open(trainer_lock, os.O_RDWR)
+        with contextlib.suppress(FileNotFoundError):
+            held = os.open(os.path.join(out, name, ".lock"), os.O_RDONLY)
             try:
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no trainer; let go at once
             finally:
                 os.close(held)
-    except OSError:
+    except BlockingIOError:  # held: in use
         os.close(fd)
         return None
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -457,7 +462,6 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     continue
                 running.remove(entry)
                 log.close()
-                os.close(claim)
                 rc = proc.returncode
                 segment_event(out, run.name, event="end", returncode=rc)
                 prune_checkpoints(run_dir, run.prefix, keep)
@@ -480,14 +484,15 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     failed.append(run.name)
                 if stopped:  # stopped from outside (also before its trainer's handler was in place): the plan too
                     pending.clear()
+                os.close(claim)  # its end and summary are written: another process may take it now
     except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
         stop_runs([entry[1] for entry in running])
         for run, proc, log, _, claim in running:
             log.close()
-            os.close(claim)
             segment_event(out, run.name, event="end", returncode=proc.returncode)
             if run.partial_summaries:
                 run.summary_if_any(out, "stopped")
+            os.close(claim)
         print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
         raise
     return failed
@@ -697,31 +702,39 @@ def restore_state(out, state) -> list:
         prefix, packed = _packed_checkpoint(src)
         if prefix is None:
             continue
-        claim = claim_run(out, name)
+        claim = claim_run(out, name)  # held until the folder is swapped; run_plan claims it again to start it
         if claim is None:
             print(f"{name}: in use by another process, not restored")
             continue
-        os.close(claim)  # run_plan claims it again before it starts the run
-        if os.path.exists(run_dir):
-            local, newest = newest_checkpoint(run_dir, prefix)
-            if local is not None and newest >= packed:
-                continue
-        # the pack is made whole beside the folder first: one that cannot be read leaves the folder as it was
-        tmp, old = run_dir + ".tmp", run_dir + ".old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("segments.jsonl", "*.pdparams"))
-        for path in glob.glob(os.path.join(src, "models", "*.pdparams")):
-            unslim_checkpoint(path, os.path.join(tmp, "models", os.path.basename(path)))
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.exists(run_dir):
-            os.replace(run_dir, old)
-        if os.path.exists(os.path.join(src, "segments.jsonl")):
-            shutil.copy2(os.path.join(src, "segments.jsonl"), os.path.join(out, name + ".segments.jsonl"))
-        os.replace(tmp, run_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            if os.path.exists(run_dir):
+                local, newest = newest_checkpoint(run_dir, prefix)
+                if local is not None and newest >= packed:
+                    continue
+            _swap_in_pack(src, run_dir, os.path.join(out, name + ".segments.jsonl"))
+        finally:
+            os.close(claim)
         restored.append(name)
         print(f"{name}: restored from {src}")
     return restored
+
+
+def _swap_in_pack(src, run_dir, segments):
+    """``run_dir`` replaced by the pack ``src`` with its checkpoint back in float32, and its segments put at
+    ``segments``. The pack is made whole beside the folder first: one that cannot be read leaves the
+    folder as it was."""
+    tmp, old = run_dir + ".tmp", run_dir + ".old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("segments.jsonl", "*.pdparams"))
+    for path in glob.glob(os.path.join(src, "models", "*.pdparams")):
+        unslim_checkpoint(path, os.path.join(tmp, "models", os.path.basename(path)))
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(run_dir):
+        os.replace(run_dir, old)
+    if os.path.exists(os.path.join(src, "segments.jsonl")):
+        shutil.copy2(os.path.join(src, "segments.jsonl"), segments)
+    os.replace(tmp, run_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- a suite's command line

@@ -238,7 +238,7 @@ def test_a_run_gets_its_stop_when_its_suite_is_killed_without_one(tmp_path):
     marker, out = tmp_path / "stopped", tmp_path / "out"
     run = (
         f"import signal, sys, time\n"
-        f"signal.signal(signal.SIGINT, lambda *a: (open({str(marker)!r}, 'w').write('saved'), sys.exit(130)))\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(marker)!r}, 'w').write('saved'), sys.exit(143)))\n"
         f"print('ready', flush=True)\n"
         f"time.sleep(60)\n"
     )

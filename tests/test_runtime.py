@@ -63,6 +63,18 @@ def test_a_signal_of_the_other_kind_after_the_first_is_the_same_stop_once(capsys
     assert "SIGINT after SIGTERM: the same stop, still finishing this step" in capsys.readouterr().out
 
 
+def test_once_its_parent_has_ended_no_signal_aborts_the_stop(monkeypatch, capsys):
+    """A suite's runs get SIGTERM when the suite ends (benchmarks/lanes.py): after the suite's own SIGINT
+    that must not abort the save the SIGINT asked for."""
+    with StopSignals("finishing this step") as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        monkeypatch.setattr(os, "getppid", lambda: 1)  # the parent has ended
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)  # no abort: no KeyboardInterrupt
+        assert stop.signum == signal.SIGINT
+    assert "SIGTERM as the process that started this one ended: the same stop" in capsys.readouterr().out
+
+
 def test_run_folder_is_checked_at_once_and_made_only_on_create(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

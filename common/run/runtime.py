@@ -132,12 +132,12 @@ class RunFolder:
 
     def resumed_from(self, state: dict, path: str, cfg: RunConfig | None = None) -> None:
         """Put the run's earlier commits, from its checkpoint ``state`` (read from ``path``), before this one;
-        warn, naming each, when ``cfg`` changes a setting the checkpoint's run learned with
+        say so, naming each, when ``cfg`` changes a setting the checkpoint's run learned with
         (``RunConfig.changed_since``): the run goes on with the new values, and its config.json holds them."""
         self.commits = run_commits(state.get("code_commits", ()), self.commits[-1], path)
         changes = cfg.changed_since(state["config"]) if cfg is not None else []
-        if changes:
-            warnings.warn(f"resumed from {path} with settings other than its run's: {'; '.join(changes)}", stacklevel=2)
+        if changes:  # printed, not a warning: the benchmark suites start their runs with warnings off
+            print(f"note: resumed from {path} with settings other than its run's: {'; '.join(changes)}", flush=True)
 
     def create(self, cfg: RunConfig) -> None:
         """Make both folders, remove what a killed save left (``.tmp_*`` files: no other process writes
@@ -201,7 +201,8 @@ class StopSignals:
     ``on_abort`` holds hooks (the entry points' workers), the hooks and then the process's exit with
     128 + signum. The first signal of the *other* kind is taken as the same stop, not as an abort: a
     shutdown (or ``pkill``) sends SIGTERM to every process, and a supervisor that got it too (the
-    benchmark suites) passes a SIGINT on; any signal after that aborts.
+    benchmark suites) passes a SIGINT on; any signal after that aborts, except in a process whose parent
+    has ended since (the signal its supervisor's end sends: ``benchmarks/lanes.py``), where none does.
 
     ``with StopSignals("finishing this step, saving a checkpoint") as stop: ... stop.requested``
     """
@@ -212,6 +213,7 @@ class StopSignals:
         self.on_abort: list = []  # () -> None each, run before a second signal ends the process
         self._old = {}
         self._other_kind_seen = False
+        self._parent = os.getppid()
 
     @property
     def requested(self) -> bool:
@@ -227,10 +229,15 @@ class StopSignals:
         self._old = {}
 
     def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None and os.getppid() != self._parent:
+            # orphaned: the signal is the one its supervisor's end sends (benchmarks/lanes.py), no one's abort
+            print(f"\n{name} as the process that started this one ended: the same stop, still {self.doing}", flush=True)
+            return
         if self.signum is not None and signum != self.signum and not self._other_kind_seen:
             self._other_kind_seen = True
-            first, name = signal.Signals(self.signum).name, signal.Signals(signum).name
-            print(f"\n{name} after {first}: the same stop, still {self.doing}", flush=True)
+            first = signal.Signals(self.signum).name
+            print(f"\n{name} after {first}: the same stop, still {self.doing} (one more signal aborts)", flush=True)
             return
         if self.signum is not None:  # the second Ctrl-C: give up at once
             if not self.on_abort:
