@@ -794,7 +794,9 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         return 0
     if args.status:
         for s in suite.RUNS.load(args.results):
-            print(f"{suite.RUNS.name_of(s)}: {s['status']}, {suite.describe(s)}")
+            # an unfinished run's summary says when it was written: a recent "running" is a lane at work
+            when = f" (summary of {s['updated']})" if s.get("updated") and s["status"] in ("running", "stopped") else ""
+            print(f"{suite.RUNS.name_of(s)}: {s['status']}{when}, {suite.describe(s)}")
         todo = [run.name for run in plan if not run.done()]
         print("to do, in order:", ", ".join(todo) if todo else "nothing: every planned run has finished")
         return 0

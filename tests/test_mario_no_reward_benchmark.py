@@ -137,8 +137,14 @@ def test_status_lists_the_planned_runs_still_to_do(tmp_path, capsys):
     committed = os.path.join(ROOT, "docs", "results", "mario_no_reward")
     for name in ("mario11_noreward_random_seed0.json", "mario11_noreward_rnd_seed0.json"):
         shutil.copy(os.path.join(committed, name), results / name)
+    with open(os.path.join(committed, "mario11_noreward_icm_seed0.json")) as f:  # a lane at work on one
+        running = {**json.load(f), "status": "running", "updated": "2026-12-07 04:10:00"}
+    (results / "mario11_noreward_icm_seed0.json").write_text(json.dumps(running))
     assert bench.main(["--status", "--results", str(results), "--out", str(tmp_path / "runs")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("mario11_noreward_random_seed0: budget") and len(lines) == 3
+    assert lines[0].startswith("mario11_noreward_random_seed0: budget,") and len(lines) == 4
+    assert any(
+        line.startswith("mario11_noreward_icm_seed0: running (summary of 2026-12-07 04:10:00),") for line in lines
+    )
     todo = [bench.run_name(*key) for key in bench.PLAN if key not in (("random", 0), ("rnd", 0))]
     assert lines[-1] == "to do, in order: " + ", ".join(todo)
