@@ -230,7 +230,7 @@ class RunConfig:
 
     def changed_since(self, saved: dict) -> list[str]:
         """``"--flag old -> new"`` for each setting outside ``HOW_NOT_WHAT`` whose value differs from
-        ``saved`` (the config a checkpoint holds), a setting only one of them has included."""
+        ``saved`` (the config a checkpoint holds); a setting that only one of them has is listed too."""
         now = json.loads(json.dumps(self.to_dict()))  # tuples as the saved config's lists
         changes = []
         for name in sorted(set(now) | set(saved)):
