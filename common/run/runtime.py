@@ -230,30 +230,31 @@ class StopSignals:
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        if self.signum is not None and os.getppid() != self._parent:
+        if self.signum is None:  # the first: stop after this step
+            self.signum = signum
+            again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+            print(f"\n{name} received: {self.doing} ({again} to abort without saving)", flush=True)
+            return
+        if os.getppid() != self._parent:
             # orphaned: the signal is the one its supervisor's end sends (benchmarks/lanes.py), no one's abort
             print(f"\n{name} as the process that started this one ended: the same stop, still {self.doing}", flush=True)
             return
-        if self.signum is not None and signum != self.signum and not self._other_kind_seen:
+        if signum != self.signum and not self._other_kind_seen:
             self._other_kind_seen = True
             first = signal.Signals(self.signum).name
             print(f"\n{name} after {first}: the same stop, still {self.doing} (one more signal aborts)", flush=True)
             return
-        if self.signum is not None:  # the second Ctrl-C: give up at once
-            if not self.on_abort:
-                raise KeyboardInterrupt
-            # An exception raised here could land inside a C++ callback (a PyLayer's backward) and come out
-            # as some other error; so the process ends here: the hooks end its workers, then exit 128 + signum.
-            name = signal.Signals(signum).name
-            print(f"\n{name} again: stopped at once, without saving", file=sys.stderr, flush=True)
-            for hook in self.on_abort:
-                with contextlib.suppress(BaseException):
-                    hook()
-            sys.stdout.flush()
-            os._exit(128 + signum)
-        self.signum = signum
-        again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {signal.Signals(signum).name} again"
-        print(f"\n{signal.Signals(signum).name} received: {self.doing} ({again} to abort without saving)", flush=True)
+        # the second Ctrl-C: give up at once
+        if not self.on_abort:
+            raise KeyboardInterrupt
+        # An exception raised here could land inside a C++ callback (a PyLayer's backward) and come out
+        # as some other error; so the process ends here: the hooks end its workers, then exit 128 + signum.
+        print(f"\n{name} again: stopped at once, without saving", file=sys.stderr, flush=True)
+        for hook in self.on_abort:
+            with contextlib.suppress(BaseException):
+                hook()
+        sys.stdout.flush()
+        os._exit(128 + signum)
 
 
 class NonFiniteSteps:
