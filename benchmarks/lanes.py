@@ -20,14 +20,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import typing
 
 import numpy as np
 
 from common.run import logger as tags
-from common.run.config import process_umask
+from common.run.files import write_atomic
 from common.run.runtime import code_commit  # noqa: F401  (the checkout's commit: every summary records it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,14 +41,8 @@ def child_env(root=ROOT, **extra) -> dict:
 
 
 def write_json_atomic(path, obj):
-    """Write ``obj`` as indented JSON to ``path`` through a temporary file and a rename (mode as umask says)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
-    os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a summary is an ordinary file
-    os.replace(tmp, path)
+    """Write ``obj`` as indented JSON to ``path``, whole or not at all (``common.run.files.write_atomic``)."""
+    write_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def carry_nice_into_session(pid=None):
@@ -292,10 +285,7 @@ def cut_metrics(run_dir, keep):
             raise ValueError(f"{path}, line {n}: not a JSON record") from None
         if keep(record):
             kept.append(line + "\n")
-    tmp = path + ".cutting"  # a stop while writing leaves the whole file, never a truncated one
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    write_atomic(path, "".join(kept))  # a stop while writing leaves the whole file, never a truncated one
 
 
 #: matplotlib line styles by seed (seed % 3) in the suites' pictures: a method's colour, a seed's line
@@ -525,10 +515,7 @@ def replace_block(path, start, end, block) -> str:
     if start not in text or end not in text or text.index(start) > text.index(end):
         raise SystemExit(f"error: {path} lacks the report's markers {start!r} ... {end!r}")
     a, b = text.index(start) + len(start), text.index(end)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text[:a] + "\n" + block + "\n" + text[b:])
-    os.replace(path + ".tmp", path)
-    return path
+    return write_atomic(path, text[:a] + "\n" + block + "\n" + text[b:])
 
 
 # ---------------------------------------------------------------------------------- resume state in git

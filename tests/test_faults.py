@@ -883,7 +883,7 @@ def test_a_suite_refuses_bad_input_before_anything_runs_or_is_written(tmp_path, 
     page.write_text(before.replace("<!-- mario-no-reward-results:end -->", ""))
     with pytest.raises(SystemExit, match="lacks the report's markers"):
         bench.main(["--report-only", "--docs", str(page.parent)])
-    assert not os.path.exists(str(page) + ".tmp")
+    assert not list(page.parent.glob(".tmp_*"))  # a refused report leaves no temporary file
 
 
 # ------------------------------------------------------------------------------- updates
@@ -1065,6 +1065,50 @@ def test_dqn_incomplete_checkpoint_and_bad_log_path(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     out = script("pong/train.py", "--log-path", str(tmp_path / "file" / "runs"))
     assert out.returncode == 2 and "--log-path" in out.stderr and "unusable" in out.stderr, out.stderr[-2000:]
+
+
+@fault(
+    "a power cut just after a checkpoint (PPO and Pong's DQN)",
+    "the records of every step the checkpoint holds reached the disk before it (metrics.jsonl fsynced, then "
+    "the checkpoint written and fsynced, then its folder)",
+    "the checkpoint and every record up to it",
+)
+def test_a_checkpoint_never_reaches_the_disk_before_its_records(tmp_path, monkeypatch):
+    """A power cut cannot be staged in a test; what decides its outcome can be recorded: the order in which
+    records and checkpoints are forced to the disk, in real PPO and DQN runs."""
+    from common.dqn.trainer import DQNTrainer
+    from common.run import files
+    from common.run.logger import Logger
+    from pong.train import SPEC as PONG
+
+    events, real_flush, real_write = [], Logger.flush, files.write_atomic
+
+    def flush(self, durable=False):
+        real_flush(self, durable)
+        if durable:
+            events.append(("records", sum(1 for _ in open(self.metrics_path, encoding="utf-8"))))
+
+    def write_atomic(path, data):
+        if path.endswith(".pdparams"):
+            events.append(("checkpoint", os.path.basename(path)))
+        return real_write(path, data)
+
+    monkeypatch.setattr(Logger, "flush", flush)
+    monkeypatch.setattr("common.run.checkpoint.write_atomic", write_atomic)
+    ppo = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=3 * 16)).train()
+    dqn = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=40, save_interval=20)).train()
+    saves = [i for i, (kind, _) in enumerate(events) if kind == "checkpoint"]
+    assert [events[i][1].rsplit("_", 1)[-1] for i in saves] == [
+        "1.pdparams",
+        "2.pdparams",
+        "3.pdparams",
+        "20.pdparams",
+        "40.pdparams",
+    ], events
+    for i in saves:  # each checkpoint comes right after a durable flush that had the run's records in it
+        assert i > 0 and events[i - 1][0] == "records" and events[i - 1][1] > 0, events
+    assert os.path.basename(ppo["checkpoint"]) == events[saves[2]][1]
+    assert os.path.basename(dqn["checkpoint"]) == events[saves[4]][1]
 
 
 # ------------------------------------------------------------------------------- workers

@@ -58,7 +58,8 @@ def test_a_game_without_recipes_refuses_one():
 @pytest.mark.slow
 def test_stop_when_solved_ends_the_run_after_the_first_solving_eval(tmp_path):
     """A real tiny MiniGrid run whose level counts as solved at every evaluation: it stops after the first
-    one instead of running its 8 updates, and saves the solving policy as the level's checkpoint."""
+    one instead of running its 8 updates, and saves the solving policy as the level's checkpoint beside the
+    numbered checkpoint of its last update."""
     from common.ppo.trainer import Trainer
     from gridworld.train import SPEC, GridConfig
 
@@ -84,6 +85,9 @@ def test_stop_when_solved_ends_the_run_after_the_first_solving_eval(tmp_path):
     result = Trainer(spec, cfg).train()
     assert result["update"] == 1 and not result["stopped_by_signal"]
     assert os.path.exists(os.path.join(result["run_dir"], "models", SPEC.checkpoint_name(cfg, None)))
+    # the success checkpoint does not stand in for the numbered one a resume looks for (L7 of the lanes' review)
+    assert result["checkpoint"] == os.path.join(result["run_dir"], "models", SPEC.checkpoint_name(cfg, 1))
+    assert os.path.exists(result["checkpoint"])
 
 
 @pytest.mark.slow

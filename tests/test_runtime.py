@@ -173,3 +173,37 @@ def test_a_paddle_older_than_the_minimum_is_refused_naming_its_version(monkeypat
     monkeypatch.setattr(paddle, "__version__", "2.5.2")
     with pytest.raises(SystemExit, match=r"PaddlePaddle 2\.5\.2 is installed; this project needs 2\.6 or newer"):
         device.require_paddle()
+
+
+def test_write_atomic_leaves_the_old_file_and_no_temporary_when_the_disk_refuses(tmp_path, monkeypatch):
+    from common.run import files
+
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        files.write_atomic(str(path), "new")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_write_atomic_syncs_the_data_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    """What makes a power cut leave the old file or the new one (L6 of the lanes' review): data synced,
+    renamed, then the folder's entry synced."""
+    from common.run import files
+
+    events = []
+    real_replace = os.replace
+    monkeypatch.setattr(files.os, "fsync", lambda fd: events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}"))))
+    monkeypatch.setattr(files.os, "replace", lambda a, b: (events.append(("replace", None)), real_replace(a, b)))
+    old = os.umask(0o022)
+    try:
+        files.write_atomic(str(tmp_path / "config.json"), "{}")
+    finally:
+        os.umask(old)
+    assert events == [("fsync", False), ("replace", None), ("fsync", True)]
+    assert (tmp_path / "config.json").read_text() == "{}"
+    assert os.stat(tmp_path / "config.json").st_mode & 0o777 == 0o644  # the umask's mode, not mkstemp's 0600

@@ -388,6 +388,7 @@ class DQNTrainer:
                 if self.train_count % 10 == 0:
                     bar.set_postfix_str(log.progress(self.env_steps, eps))
             if self.saved_at != self.train_count or not self.last_checkpoint:
+                self.logger.flush(durable=True)  # a checkpoint never gets ahead of its records
                 self.save()
             self.logger.hparams(cfg.to_dict(), ["episode/return", "eval/return"])
         except Exception as e:  # an env fault, an I/O error, a run of non-finite steps: keep what was learned
@@ -440,6 +441,7 @@ class DQNTrainer:
             self.last_eval = self.evaluate()
             log.eval(self.last_eval, step)
         if cfg.save_interval and step % cfg.save_interval == 0:
+            self.logger.flush(durable=True)  # a checkpoint never gets ahead of its records
             self.save()
 
     def _stopped_by(self, error: Exception) -> Exception:

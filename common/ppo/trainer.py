@@ -208,18 +208,17 @@ class Trainer:
         self.nonfinite.total = int(state.get("nan_total", 0))
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}
 
-    def save(self, name: str | None = None, state: dict | None = None) -> str:
-        """Write ``state`` (default: the current one) as ``name`` (default: this update's checkpoint name).
+    def save(self) -> str:
+        """Write the current state as this update's numbered checkpoint: rank 0 writes, other ranks return "".
 
-        Rank 0 alone writes; other ranks return ""."""
+        Only numbered checkpoints count as the run's state on disk (``last_checkpoint``, the clock of
+        ``--save-minutes``): a resume looks for them, so the success checkpoint must not stand in for one."""
         if not self.world.is_main:
             return ""
-        name = name or self.spec.checkpoint_name(self.cfg, self.update)
         self.last_checkpoint = self.folder.save(
-            name, {**self.state_dict(), **self.episodes.entry()} if state is None else state
+            self.spec.checkpoint_name(self.cfg, self.update), {**self.state_dict(), **self.episodes.entry()}
         )
-        if state is None or state["update"] == self.update:
-            self.saved_update, self.saved_at = self.update, time.monotonic()
+        self.saved_update, self.saved_at = self.update, time.monotonic()
         return self.last_checkpoint
 
     def math_threads(self):
@@ -337,7 +336,7 @@ class Trainer:
         for result, snapshot in finished:
             self.log.eval(result, snapshot["update"], snapshot["global_step"])
             if self.spec.eval_success(result["info"]):
-                path = self.save(self.spec.checkpoint_name(self.cfg, None), snapshot)
+                path = self.folder.save(self.spec.checkpoint_name(self.cfg, None), snapshot)
                 tqdm.write(f"level solved by the greedy policy at update {snapshot['update']}: saved {path}")
                 self.solved = True
             self.last_eval = {k: v for k, v in result.items() if k not in ("strip", "along")}
@@ -377,7 +376,7 @@ class Trainer:
                 if self.stop.requested:
                     self.evals.close(cancel=True)
                 else:
-                    self._log_evals(block=True)  # the last update's eval (its success checkpoint comes first)
+                    self._log_evals(block=True)  # the last update's eval (its success checkpoint, if any, comes first)
                 if self.saved_update != self.update:  # the final state is always on disk
                     self.save()
                 self.log.hparams()
@@ -465,7 +464,7 @@ class Trainer:
             main and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
         )
         if by_count or by_clock:
-            self.logger.flush()  # a checkpoint never gets ahead of its update's records
+            self.logger.flush(durable=True)  # a checkpoint never gets ahead of its update's records
             self.save()
         self._log_evals(block=False)
         self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)

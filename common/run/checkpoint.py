@@ -21,14 +21,13 @@ from __future__ import annotations
 import copy
 import os
 import re
-import tempfile
 
 import numpy as np
 import paddle
 
 from common.run import tensorfile
-from common.run.config import process_umask
 from common.run.convert import is_pickle
+from common.run.files import write_atomic
 
 #: 1: paddle.save pickles (read only by ``common.run.convert``); 2: ``common.run.tensorfile``
 FORMAT_VERSION = 2
@@ -108,25 +107,10 @@ def save_checkpoint(path: str, state: dict) -> str:
         data = tensorfile.dumps({"format": FORMAT_VERSION, **state})
     except tensorfile.TensorFileError as e:
         raise CheckpointError(f"refusing to write {path}: {e}") from None
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".pdparams", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename: a power loss leaves the old file, not an empty one
-        os.chmod(tmp, 0o666 & ~process_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
-        os.replace(tmp, path)
+        return write_atomic(path, data)
     except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise OSError(e.errno, f"cannot write checkpoint {path}: {e.strerror}") from e
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
 
 
 def _read(path: str) -> bytes:

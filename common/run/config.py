@@ -20,27 +20,11 @@ import typing
 from dataclasses import dataclass, field
 
 from common.run.errors import UsageError
+from common.run.files import write_atomic
 
 
 class UnusablePathError(UsageError):
     """A folder chosen by a flag (``--log-path``, ``--saved-path``) cannot be created or written."""
-
-
-def process_umask() -> int:
-    """The process umask, read without setting it (``os.umask`` can only swap it, a race with threads
-    that create files meanwhile): Linux's /proc, else the value seen when this module was imported."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return _UMASK_AT_IMPORT
-
-
-_UMASK_AT_IMPORT = os.umask(0o022)
-os.umask(_UMASK_AT_IMPORT)
 
 
 def check_writable(folder: str, flag: str) -> None:
@@ -241,10 +225,7 @@ class RunConfig:
 
     def to_json(self, path: str) -> None:
         """Write the config to ``path`` whole or not at all (a stop mid-write leaves the earlier file)."""
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-        os.replace(path + ".tmp", path)
+        write_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True))
 
     @classmethod
     def from_dict(cls, d: dict):

@@ -175,11 +175,15 @@ class Logger:
         with self._writing(self.run_dir):
             self.writer.add_hparams(hparams_dict=clean, metrics_list=[m for m in metrics if m in self.last])
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = False) -> None:
+        """Hand what was logged to the OS; ``durable`` also waits until ``metrics.jsonl`` is on the disk
+        (before a checkpoint: a power loss must not keep the checkpoint and lose its update's records)."""
         with self._writing(self.run_dir):
             self.writer.flush()
         with self._writing(self.metrics_path):
             self._jsonl.flush()
+            if durable:
+                os.fsync(self._jsonl.fileno())
 
     def close(self) -> None:
         with contextlib.suppress(OSError):  # closing after a failed write must not hide that error
