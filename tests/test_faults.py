@@ -1111,6 +1111,32 @@ def test_a_checkpoint_never_reaches_the_disk_before_its_records(tmp_path, monkey
     assert os.path.basename(dqn["checkpoint"]) == events[saves[4]][1]
 
 
+@fault(
+    "a stop while the evaluation of the update just saved is played (background or in process)",
+    "the evaluation is dropped at the stop and played again, with its own seed, when the run resumes from that "
+    "update's checkpoint; an evaluation already logged is not played twice",
+    "every point of the eval curve",
+)
+def test_an_eval_cut_off_by_a_stop_is_played_again_at_the_resume(tmp_path):
+    kw = dict(eval_interval=2, eval_in_background=False, num_local_steps=8)
+    first = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=2 * 16, **kw)).train()
+    metrics = os.path.join(first["run_dir"], "metrics.jsonl")
+    logged = read_metrics(first["run_dir"])["eval/return"]
+    assert list(logged[0]) == [32]  # the eval of update 2, at its agent step
+    with open(metrics, encoding="utf-8") as f:
+        kept = [line for line in f if '"eval/' not in line]  # as if the stop had dropped it
+    with open(metrics, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    resume = dict(resume=first["checkpoint"], num_global_steps=3 * 16, **kw)
+    Trainer(GRID, grid_cfg(tmp_path, **resume)).train()
+    again = read_metrics(first["run_dir"])["eval/return"]
+    assert list(again[0]) == [32] and again[1][0] == logged[1][0]  # played again, the same episode
+    Trainer(GRID, grid_cfg(tmp_path, run_name="h", **resume)).train()  # a new folder: no eval of update 2 there
+    assert list(read_metrics(str(tmp_path / "h"))["eval/return"][0]) == [32]
+    Trainer(GRID, grid_cfg(tmp_path, **resume)).train()  # logged this time: not played twice
+    assert list(read_metrics(first["run_dir"])["eval/return"][0]) == [32]
+
+
 # ------------------------------------------------------------------------------- workers
 @fault(
     "an env worker process killed (SIGKILL) mid-rollout, restarts disabled (--max-worker-restarts 0)",

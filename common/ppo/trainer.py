@@ -59,7 +59,7 @@ from common.run.checkpoint import (  # noqa: E402
     optimizer_state,
     set_optimizer_state,
 )
-from common.run.logger import Logger  # noqa: E402
+from common.run.logger import Logger, read_metrics  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
@@ -341,6 +341,18 @@ class Trainer:
                 self.solved = True
             self.last_eval = {k: v for k, v in result.items() if k not in ("strip", "along")}
 
+    def _eval_cut_off(self) -> bool:
+        """Whether this run resumed at an eval update whose eval never reached ``metrics.jsonl`` (a stop
+        drops the eval in flight): it is then played at the start, with the seed it would have had."""
+        every = self.cfg.eval_interval
+        if not (self.cfg.resume and every and self.update and self.update % every == 0):
+            return False
+        try:
+            steps = read_metrics(self.run_dir).get("eval/return", ((), ()))[0]
+        except (OSError, ValueError):  # an unreadable record is reported where the curves are read
+            return False
+        return self.global_step not in steps
+
     def _picture_due(self, update: int) -> bool:
         """Whether ``update`` draws the game's picture of where the agent has been (``picture_interval``)."""
         every = self.cfg.picture_interval
@@ -362,6 +374,8 @@ class Trainer:
             try:
                 self.envs, obs = self.episodes.start(self._make_envs(), self._make_envs)
                 self.episodes.mark(self.envs, self.update)  # a stop in the warm-up resumes from here, warming up afresh
+                if main and self._eval_cut_off():
+                    self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):
