@@ -161,30 +161,89 @@ def numbered_checkpoints(run_dir, prefix):
     return sorted(found)
 
 
-def claim_run(out, name):
-    """Hold ``<out>/<name>.claim`` (an flock the kernel drops when this process ends) and make sure no
-    trainer holds the run folder's own lock (``<out>/<name>/.lock``): the open file descriptor, or None
-    when another suite process or a trainer (an orphan, one started by hand) is at work on the run, whose
-    files must then not be cut, deleted or restored under it. Close the descriptor to let go."""
+#: where a suite's runs are claimed for the whole machine (a run name is its suite's and seed's); the
+#: environment variable moves it (the tests give each process its own)
+MACHINE_CLAIMS = os.environ.get("CURIOSITY_RUN_CLAIMS") or os.path.join(
+    os.path.expanduser("~"), ".cache", "paddle-curiosity", "run-claims"
+)
+
+
+class RunClaim:
+    """The flocks a suite process holds on one run (the kernel drops them when the process ends)."""
+
+    def __init__(self, fds):
+        self.fds = fds
+
+    def close(self):
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def _flock(path, note=None):
+    """An flock on ``path`` (made if missing) holding ``note`` as its text, or None when another holds it."""
     import fcntl
 
-    os.makedirs(out, exist_ok=True)
-    fd = os.open(os.path.join(out, name + ".claim"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with contextlib.suppress(FileNotFoundError):
-            held = os.open(os.path.join(out, name, ".lock"), os.O_RDONLY)
-            try:
-                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: no trainer; let go at once
-            finally:
-                os.close(held)
-    except BlockingIOError:  # held: in use
+    except BlockingIOError:
         os.close(fd)
         return None
-    except BaseException:
-        os.close(fd)
-        raise
+    if note is not None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode("utf-8"), 0)
     return fd
+
+
+def claim_run(out, name):
+    """Claim run ``name`` of the suite folder ``out``: a ``RunClaim``, or None when another suite process
+    or a trainer (an orphan, one started by hand) is at work on it, whose files must then not be cut,
+    deleted or restored under it. Three locks decide: ``<out>/<name>.claim`` (suite processes of this
+    clone), the run folder's own ``.lock`` (its trainer; probed, let go at once) and the machine's
+    ``MACHINE_CLAIMS/<name>.claim`` (a suite in another clone of the repository, which would train the same
+    run a second time in its own folder; ``claimed_by`` reads who holds it). ``close()`` lets go."""
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(MACHINE_CLAIMS, exist_ok=True)
+    fds = []
+    try:
+        for path, note in (
+            (os.path.join(out, name + ".claim"), None),
+            (
+                os.path.join(MACHINE_CLAIMS, name + ".claim"),
+                f"process {os.getpid()}, suite folder {os.path.abspath(out)}\n",
+            ),
+        ):
+            fd = _flock(path, note)
+            if fd is None:
+                return None
+            fds.append(fd)
+        if os.path.exists(os.path.join(out, name, ".lock")):
+            trainer = _flock(os.path.join(out, name, ".lock"))
+            if trainer is None:
+                return None
+            os.close(trainer)  # free: no trainer; let go at once
+        claim, fds = RunClaim(fds), []
+        return claim
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def claimed_by(name):
+    """Who holds run ``name``'s machine claim (``claim_run``'s note: process and suite folder), or "" when
+    no process holds it (a note left by one that has ended is not read)."""
+    path = os.path.join(MACHINE_CLAIMS, name + ".claim")
+    if not os.path.exists(path):
+        return ""
+    free = _flock(path)
+    if free is not None:
+        os.close(free)
+        return ""
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return ""
 
 
 def newest_checkpoint(run_dir, prefix):
@@ -405,7 +464,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     os.makedirs(out, exist_ok=True)
     if state is not None:
         restore_state(out, state)
-    running, failed = [], []  # running: [run, proc, log, newest checkpoint seen, claim_run's descriptor]
+    running, failed = [], []  # running: [run, proc, log, newest checkpoint seen, its RunClaim]
     crashes = {}  # run name: restarts after it died of a signal
     try:
         while pending or running:
@@ -414,7 +473,9 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 run_dir = os.path.join(out, run.name)
                 claim = claim_run(out, run.name)
                 if claim is None:  # not failed: it is being trained elsewhere
-                    print(f"{run.name}: in use by another process (a suite or a trainer): skipped", flush=True)
+                    holder = claimed_by(run.name)
+                    where = f" (claimed by {holder})" if holder else ""
+                    print(f"{run.name}: in use by another process (a suite or a trainer){where}: skipped", flush=True)
                     continue
                 ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
                 if ckpt is None and os.path.isdir(run_dir):
@@ -474,7 +535,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                     failed.append(run.name)
                 if stopped:  # stopped from outside (also before its trainer's handler was in place): the plan too
                     pending.clear()
-                os.close(claim)  # its end and summary are written: another process may take it now
+                claim.close()  # its end and summary are written: another process may take it now
     except BaseException:  # Ctrl-C, SIGTERM or an error here: each run finishes its step and saves; waited for
         stop_runs([entry[1] for entry in running])
         for run, proc, log, _, claim in running:
@@ -482,7 +543,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
             segment_event(out, run.name, event="end", returncode=proc.returncode)
             if run.partial_summaries:
                 run.summary_if_any(out, "stopped")
-            os.close(claim)
+            claim.close()
         print(f"[{time.strftime('%H:%M:%S')}] stopped; {len(running)} run(s) cut short", flush=True)
         raise
     return failed
@@ -700,7 +761,7 @@ def restore_state(out, state) -> list:
                     continue
             _swap_in_pack(src, run_dir, os.path.join(out, name + ".segments.jsonl"))
         finally:
-            os.close(claim)
+            claim.close()
         restored.append(name)
         print(f"{name}: restored from {src}")
     return restored

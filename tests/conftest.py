@@ -2,6 +2,7 @@
 
 import os
 import sys
+import tempfile
 import warnings
 
 import pytest
@@ -10,6 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the suites' machine-wide run claims (benchmarks/lanes.py): each test process its own, apart from real lanes
+os.environ["CURIOSITY_RUN_CLAIMS"] = tempfile.mkdtemp(prefix="run-claims-")
 warnings.filterwarnings("ignore", message="No ccache found")
 
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:

@@ -186,9 +186,29 @@ def test_a_run_another_process_is_at_work_on_is_skipped_and_left_untouched(tmp_p
         assert lanes.run_plan(plan, str(out), say_todo=False) == []
         assert (out / "r" / "metrics.jsonl").read_text() == "x\n" * 3
     finally:
-        os.close(suite)
+        suite.close()
     assert lanes.run_plan(plan, str(out), say_todo=False) == []  # free again: it runs
     assert (out / "r" / "metrics.jsonl").read_text() == "x\n" * 5
+
+
+def test_a_run_claimed_by_a_suite_in_another_clone_is_skipped_naming_it(tmp_path, capsys):
+    """Two clones of the repository have their own suite folders; a run name is the same in both. While a
+    suite in one trains it, a suite in the other skips it rather than train it a second time."""
+    here, other = tmp_path / "clone_a" / "out", tmp_path / "clone_b" / "out"
+    plan = [_planned(tmp_path, "r", _writes_metrics(other / "r", lines=5))]
+    claim = lanes.claim_run(str(here), "r")
+    try:
+        assert lanes.claimed_by("r") == f"process {os.getpid()}, suite folder {here}"
+        assert lanes.run_plan(plan, str(other), say_todo=False) == []
+        assert not (other / "r" / "metrics.jsonl").exists()
+        assert f"r: in use by another process (a suite or a trainer) (claimed by process {os.getpid()}" in (
+            capsys.readouterr().out
+        )
+    finally:
+        claim.close()
+    assert lanes.claimed_by("r") == ""  # its note outlives it, but is not read
+    assert lanes.run_plan(plan, str(other), say_todo=False) == []  # free again: it runs
+    assert (other / "r" / "metrics.jsonl").read_text() == "x\n" * 5
 
 
 def test_a_run_stopped_by_a_signal_before_its_trainer_handles_one_stops_the_plan_unrestarted(tmp_path):
