@@ -180,11 +180,13 @@ class RunClaim:
         self.fds = []
 
 
-def _flock(path, note=None):
-    """An flock on ``path`` (made if missing) holding ``note`` as its text, or None when another holds it."""
+def _flock(path, note=None, make=True):
+    """An flock on ``path`` holding ``note`` as its text, or None when another process holds it. ``make``:
+    create the file if missing; else it is opened read-only (flock needs no more: a trainer's lock may
+    belong to another user) and a missing file raises FileNotFoundError."""
     import fcntl
 
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if make else os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -218,8 +220,8 @@ def claim_run(out, name):
             if fd is None:
                 return None
             fds.append(fd)
-        if os.path.exists(os.path.join(out, name, ".lock")):
-            trainer = _flock(os.path.join(out, name, ".lock"))
+        with contextlib.suppress(FileNotFoundError):  # no lock file: no trainer was ever started there
+            trainer = _flock(os.path.join(out, name, ".lock"), make=False)
             if trainer is None:
                 return None
             os.close(trainer)  # free: no trainer; let go at once
@@ -439,6 +441,41 @@ class PlannedRun:
 CRASH_RETRIES = 2  # restarts of a run that died of a signal, per invocation of run_plan
 
 
+def _start_run(run, out, env):
+    """Start ``run`` (claimed by this process) from its newest checkpoint, or afresh: ``(process, its log
+    file, checkpoint or None, update)``. Nothing is left running or open if this raises."""
+    run_dir = os.path.join(out, run.name)
+    ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
+    if ckpt is None and os.path.isdir(run_dir):
+        shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
+        with contextlib.suppress(FileNotFoundError):  # and that attempt's time is not the run's
+            os.remove(os.path.join(out, run.name + ".segments.jsonl"))
+    segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
+    if ckpt and run.partial_summaries:  # a resumed run is running again, not "stopped" until its next save
+        run.summary_if_any(out, "running")
+    log = open(os.path.join(out, run.name + ".log"), "a")
+    try:
+        # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
+        proc = subprocess.Popen(
+            stopped_with_this_process(run.argv(ckpt)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**env, **run.env},
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    except BaseException:
+        log.close()
+        raise
+    try:
+        carry_nice_into_session(proc.pid)
+    except BaseException:  # a Ctrl-C in this instant: the run is stopped like the others
+        stop_runs([proc])
+        log.close()
+        raise
+    return proc, log, ckpt, update
+
+
 def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda summary: "", say_todo=True) -> list:
     """Run the unfinished ``PlannedRun``s of ``plan`` in order, ``lanes_at_once`` at a time; returns the
     names of the runs that failed.
@@ -470,32 +507,17 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
         while pending or running:
             while pending and len(running) < lanes_at_once:
                 run = pending.pop(0)
-                run_dir = os.path.join(out, run.name)
                 claim = claim_run(out, run.name)
                 if claim is None:  # not failed: it is being trained elsewhere
                     holder = claimed_by(run.name)
                     where = f" (claimed by {holder})" if holder else ""
                     print(f"{run.name}: in use by another process (a suite or a trainer){where}: skipped", flush=True)
                     continue
-                ckpt, update = run.resume(run_dir) if run.resume else resume_ppo_run(run_dir, run.prefix)
-                if ckpt is None and os.path.isdir(run_dir):
-                    shutil.rmtree(run_dir)  # cut short before its first checkpoint: start again
-                    with contextlib.suppress(FileNotFoundError):  # and that attempt's time is not the run's
-                        os.remove(os.path.join(out, run.name + ".segments.jsonl"))
-                segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
-                if ckpt and run.partial_summaries:  # a resumed run is running again, not "stopped" until its next save
-                    run.summary_if_any(out, "running")
-                log = open(os.path.join(out, run.name + ".log"), "a")
-                # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
-                proc = subprocess.Popen(
-                    stopped_with_this_process(run.argv(ckpt)),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env={**env, **run.env},
-                    cwd=ROOT,
-                    start_new_session=True,
-                )
-                carry_nice_into_session(proc.pid)
+                try:
+                    proc, log, ckpt, update = _start_run(run, out, env)
+                except BaseException:  # (a bad metrics line, a Ctrl-C while it is cut): the claim is let go
+                    claim.close()
+                    raise
                 running.append([run, proc, log, update, claim])
                 started = f"[{time.strftime('%H:%M:%S')}] start {run.name}" + (f" {run.label}" if run.label else "")
                 print(started + (f" from update {update}" if ckpt else ""), flush=True)
@@ -701,7 +723,8 @@ def pack_state(plan, out, state) -> list:
             continue
         if ckpt is None:
             continue
-        _, in_pack = _packed_checkpoint(dest)
+        # a pack cut short between its two renames left only the earlier one, as <name>.old (restore_state)
+        _, in_pack = _packed_checkpoint(dest if os.path.isdir(dest) else dest + ".old")
         if in_pack > number:  # this folder is behind the run's pack (a machine it left): keep the pack
             print(f"{run.name}: not packed: the pack holds update {in_pack}, this folder only {number}")
             continue

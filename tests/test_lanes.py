@@ -236,6 +236,28 @@ def test_a_pack_is_never_replaced_by_an_older_checkpoint(tmp_path):
     _checkpoint(out / "r" / "models" / "x_8.pdparams", 8)  # trained on past the pack
     assert lanes.pack_state([run], str(out), str(state)) == ["r"]
     assert lanes._packed_checkpoint(str(state / "r"))[1] == 8
+    os.replace(state / "r", state / "r.old")  # a pack of update 8 cut short between its renames
+    _checkpoint(out / "r" / "models" / "x_6.pdparams", 6)
+    os.remove(out / "r" / "models" / "x_8.pdparams")  # a folder behind it
+    assert lanes.pack_state([run], str(out), str(state)) == []
+    assert lanes._packed_checkpoint(str(state / "r.old"))[1] == 8 and not (state / "r").exists()
+
+
+def test_a_run_whose_start_fails_lets_go_of_its_claim(tmp_path):
+    """An error or a Ctrl-C between claiming a run and starting it (here: its metrics cannot be read) must
+    not leave the claim held, or this process would skip the run as "in use" from then on."""
+    import dataclasses
+
+    def unreadable(run_dir):
+        raise ValueError(f"{run_dir}/metrics.jsonl, line 2: not a JSON record")
+
+    out = tmp_path / "out"
+    plan = [dataclasses.replace(_planned(tmp_path, "r", _writes_metrics(out / "r")), resume=unreadable)]
+    with pytest.raises(ValueError, match="line 2"):
+        lanes.run_plan(plan, str(out), say_todo=False)
+    claim = lanes.claim_run(str(out), "r")
+    assert claim is not None
+    claim.close()
 
 
 def test_a_pack_leaves_out_the_moments_of_every_optimizer_whatever_its_entry_is_called(tmp_path):
