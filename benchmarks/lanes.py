@@ -90,8 +90,9 @@ def interrupt_on_sigterm():
         from common.run.device import require_paddle
 
         require_paddle().disable_signal_handler()
-    except (ImportError, SystemExit):  # no Paddle here: nothing to replace this handler
-        pass
+    except SystemExit as e:  # no Paddle here (nothing to replace this handler), or one too old
+        if not isinstance(e.__cause__, ImportError):  # too old: said once here, not in every run's log
+            raise
     signal.signal(signal.SIGTERM, _interrupt)
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # started under nohup: it asked to outlive the terminal
         signal.signal(signal.SIGHUP, _interrupt)

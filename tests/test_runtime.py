@@ -173,6 +173,13 @@ def test_a_paddle_older_than_the_minimum_is_refused_naming_its_version(monkeypat
     monkeypatch.setattr(paddle, "__version__", "2.5.2")
     with pytest.raises(SystemExit, match=r"PaddlePaddle 2\.5\.2 is installed; this project needs 2\.6 or newer"):
         device.require_paddle()
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import lanes
+
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    with pytest.raises(SystemExit, match=r"PaddlePaddle 2\.5\.2 is installed"):  # a suite says so at its start
+        lanes.interrupt_on_sigterm()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == handlers
 
 
 def test_write_atomic_leaves_the_old_file_and_no_temporary_when_the_disk_refuses(tmp_path, monkeypatch):
