@@ -90,9 +90,8 @@ def interrupt_on_sigterm():
         from common.run.device import require_paddle
 
         require_paddle().disable_signal_handler()
-    except SystemExit as e:  # no Paddle here (nothing to replace this handler), or one too old
-        if not isinstance(e.__cause__, ImportError):  # too old: said once here, not in every run's log
-            raise
+    except (ImportError, SystemExit):  # no Paddle here, or one too old: run_plan says so before a run starts
+        pass
     signal.signal(signal.SIGTERM, _interrupt)
     if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # started under nohup: it asked to outlive the terminal
         signal.signal(signal.SIGHUP, _interrupt)
@@ -162,7 +161,8 @@ def numbered_checkpoints(run_dir, prefix):
     return sorted(found)
 
 
-#: where a suite's runs are claimed for the whole machine (a run name is its suite's and seed's); the
+#: where this user's suites claim their runs for the whole machine: ``<suite folder's name>/<run>.claim``
+#: (two clones' suites share both names; a check in a scratch folder of another name does not); the
 #: environment variable moves it (the tests give each process its own)
 MACHINE_CLAIMS = os.environ.get("CURIOSITY_RUN_CLAIMS") or os.path.join(
     os.path.expanduser("~"), ".cache", "paddle-curiosity", "run-claims"
@@ -190,37 +190,50 @@ def _flock(path, note=None, make=True):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if make else os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if note is not None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, note.encode("utf-8"), 0)
     except BlockingIOError:
         os.close(fd)
         return None
-    if note is not None:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, note.encode("utf-8"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
+
+
+def _machine_claim_path(out, name):
+    return os.path.join(MACHINE_CLAIMS, os.path.basename(os.path.abspath(out)), name + ".claim")
+
+
+def _machine_claim(out, name):
+    """``_flock`` of the machine claim of run ``name`` in suite folder ``out``; -1 (a warning, this clone's
+    claims only) where the folder of machine claims cannot be used."""
+    path = _machine_claim_path(out, name)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return _flock(path, f"process {os.getpid()}, suite folder {os.path.abspath(out)}\n")
+    except OSError as e:
+        print(f"warning: {path}: {e.strerror or e}; {name} is claimed in this clone only", flush=True)
+        return -1
 
 
 def claim_run(out, name):
     """Claim run ``name`` of the suite folder ``out``: a ``RunClaim``, or None when another suite process
     or a trainer (an orphan, one started by hand) is at work on it, whose files must then not be cut,
     deleted or restored under it. Three locks decide: ``<out>/<name>.claim`` (suite processes of this
-    clone), the run folder's own ``.lock`` (its trainer; probed, let go at once) and the machine's
-    ``MACHINE_CLAIMS/<name>.claim`` (a suite in another clone of the repository, which would train the same
-    run a second time in its own folder; ``claimed_by`` reads who holds it). ``close()`` lets go."""
+    clone), the machine's claim (``MACHINE_CLAIMS``: a suite in another clone of the repository, which
+    would train the same run a second time in its own folder; ``claimed_by`` reads who holds it), and the
+    run folder's own ``.lock`` (its trainer; probed, let go at once). ``close()`` lets go."""
     os.makedirs(out, exist_ok=True)
-    os.makedirs(MACHINE_CLAIMS, exist_ok=True)
     fds = []
     try:
-        for path, note in (
-            (os.path.join(out, name + ".claim"), None),
-            (
-                os.path.join(MACHINE_CLAIMS, name + ".claim"),
-                f"process {os.getpid()}, suite folder {os.path.abspath(out)}\n",
-            ),
-        ):
-            fd = _flock(path, note)
+        for take in (lambda: _flock(os.path.join(out, name + ".claim")), lambda: _machine_claim(out, name)):
+            fd = take()
             if fd is None:
                 return None
-            fds.append(fd)
+            if fd >= 0:
+                fds.append(fd)
         with contextlib.suppress(FileNotFoundError):  # no lock file: no trainer was ever started there
             trainer = _flock(os.path.join(out, name, ".lock"), make=False)
             if trainer is None:
@@ -233,20 +246,19 @@ def claim_run(out, name):
             os.close(fd)
 
 
-def claimed_by(name):
-    """Who holds run ``name``'s machine claim (``claim_run``'s note: process and suite folder), or "" when
-    no process holds it (a note left by one that has ended is not read)."""
-    path = os.path.join(MACHINE_CLAIMS, name + ".claim")
-    if not os.path.exists(path):
-        return ""
-    free = _flock(path)
-    if free is not None:
-        os.close(free)
-        return ""
-    with contextlib.suppress(OSError):
+def claimed_by(out, name):
+    """Who holds the machine claim of run ``name`` in suite folder ``out`` (``claim_run``'s note: process
+    and suite folder), or "" when no process holds it (a note left by one that has ended is not read)."""
+    path = _machine_claim_path(out, name)
+    try:
+        free = _flock(path, make=False)
+        if free is not None:
+            os.close(free)
+            return ""
         with open(path, encoding="utf-8") as f:
             return f.read().strip()
-    return ""
+    except OSError:
+        return ""
 
 
 def newest_checkpoint(run_dir, prefix):
@@ -452,10 +464,11 @@ def _start_run(run, out, env):
         with contextlib.suppress(FileNotFoundError):  # and that attempt's time is not the run's
             os.remove(os.path.join(out, run.name + ".segments.jsonl"))
     segment_event(out, run.name, event="start", commit=code_commit(), resume_update=update)
-    if ckpt and run.partial_summaries:  # a resumed run is running again, not "stopped" until its next save
-        run.summary_if_any(out, "running")
-    log = open(os.path.join(out, run.name + ".log"), "a")
+    proc = log = None
     try:
+        if ckpt and run.partial_summaries:  # a resumed run is running again, not "stopped" until its next save
+            run.summary_if_any(out, "running")
+        log = open(os.path.join(out, run.name + ".log"), "a")
         # a session of its own: a Ctrl-C reaches the run once, from here (a second would abort it unsaved)
         proc = subprocess.Popen(
             stopped_with_this_process(run.argv(ckpt)),
@@ -465,14 +478,16 @@ def _start_run(run, out, env):
             cwd=ROOT,
             start_new_session=True,
         )
-    except BaseException:
-        log.close()
-        raise
-    try:
         carry_nice_into_session(proc.pid)
-    except BaseException:  # a Ctrl-C in this instant: the run is stopped like the others
-        stop_runs([proc])
-        log.close()
+    except BaseException:  # (a Ctrl-C in this instant, a full disk): stopped, and its end written down
+        if proc is not None:
+            stop_runs([proc])
+        if log is not None:
+            log.close()
+        with contextlib.suppress(Exception):
+            segment_event(out, run.name, event="end", returncode=None if proc is None else proc.returncode)
+            if ckpt and run.partial_summaries:
+                run.summary_if_any(out, "stopped")
         raise
     return proc, log, ckpt, update
 
@@ -502,6 +517,10 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
     os.makedirs(out, exist_ok=True)
     if state is not None:
         restore_state(out, state)
+    if pending:  # a Paddle too old: said once here, not in every run's log
+        from common.run.device import require_paddle
+
+        require_paddle()
     running, failed = [], []  # running: [run, proc, log, newest checkpoint seen, its RunClaim]
     crashes = {}  # run name: restarts after it died of a signal
     try:
@@ -510,7 +529,7 @@ def run_plan(plan, out, lanes_at_once=1, state=None, keep=2, describe=lambda sum
                 run = pending.pop(0)
                 claim = claim_run(out, run.name)
                 if claim is None:  # not failed: it is being trained elsewhere
-                    holder = claimed_by(run.name)
+                    holder = claimed_by(out, run.name)
                     where = f" (claimed by {holder})" if holder else ""
                     print(f"{run.name}: in use by another process (a suite or a trainer){where}: skipped", flush=True)
                     continue
@@ -721,6 +740,7 @@ def pack_state(plan, out, state) -> list:
         ckpt, number = newest_checkpoint(run_dir, run.prefix)
         if run.done():
             shutil.rmtree(dest, ignore_errors=True)
+            shutil.rmtree(dest + ".old", ignore_errors=True)
             continue
         if ckpt is None:
             continue
@@ -740,8 +760,8 @@ def pack_state(plan, out, state) -> list:
         if os.path.exists(segments):
             shutil.copy2(segments, os.path.join(tmp, "segments.jsonl"))
         old = dest + ".old"  # the earlier pack stays until the new one is in place
-        shutil.rmtree(old, ignore_errors=True)
         if os.path.exists(dest):
+            shutil.rmtree(old, ignore_errors=True)
             os.replace(dest, old)
         os.replace(tmp, dest)
         shutil.rmtree(old, ignore_errors=True)

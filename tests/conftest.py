@@ -1,6 +1,7 @@
 """Shared fixtures. Tests run on the CPU with the real emulators and real Paddle."""
 
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -11,8 +12,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# the suites' machine-wide run claims (benchmarks/lanes.py): each test process its own, apart from real lanes
-os.environ["CURIOSITY_RUN_CLAIMS"] = tempfile.mkdtemp(prefix="run-claims-")
 warnings.filterwarnings("ignore", message="No ccache found")
 
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
@@ -27,3 +26,14 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if {"mario_run", "montezuma_run"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("short_runs"))
+
+
+def pytest_configure(config):
+    """The suites' machine-wide run claims (benchmarks/lanes.py): each test process its own folder, apart
+    from a real lane's, removed at its end."""
+    config.run_claims = tempfile.mkdtemp(prefix="run-claims-")
+    os.environ["CURIOSITY_RUN_CLAIMS"] = config.run_claims
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "run_claims", ""), ignore_errors=True)

@@ -1095,30 +1095,29 @@ def test_a_checkpoint_never_reaches_the_disk_before_its_records(tmp_path, monkey
 
     monkeypatch.setattr(Logger, "flush", flush)
     monkeypatch.setattr("common.run.checkpoint.write_atomic", write_atomic)
-    ppo = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=3 * 16)).train()
+    ppo = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=3 * 16)).train()  # a checkpoint every update
+    Trainer(GRID, grid_cfg(tmp_path, run_name="f", save_interval=0, num_global_steps=2 * 16)).train()  # the final one
     dqn = DQNTrainer(PONG, pong_cfg(tmp_path, train_steps=40, save_interval=20)).train()
+    DQNTrainer(PONG, pong_cfg(tmp_path, run_name="q", train_steps=30, save_interval=0)).train()
     saves = [i for i, (kind, _) in enumerate(events) if kind == "checkpoint"]
-    assert [events[i][1].rsplit("_", 1)[-1] for i in saves] == [
-        "1.pdparams",
-        "2.pdparams",
-        "3.pdparams",
-        "20.pdparams",
-        "40.pdparams",
-    ], events
+    numbers = [events[i][1].rsplit("_", 1)[-1].removesuffix(".pdparams") for i in saves]
+    assert numbers == ["1", "2", "3", "2", "20", "40", "30"], events
     for i in saves:  # each checkpoint comes right after a durable flush that had the run's records in it
         assert i > 0 and events[i - 1][0] == "records" and events[i - 1][1] > 0, events
     assert os.path.basename(ppo["checkpoint"]) == events[saves[2]][1]
-    assert os.path.basename(dqn["checkpoint"]) == events[saves[4]][1]
+    assert os.path.basename(dqn["checkpoint"]) == events[saves[5]][1]
 
 
 @fault(
     "a stop while the evaluation of the update just saved is played (background or in process)",
     "the evaluation is dropped at the stop and played again, with its own seed, when the run resumes from that "
     "update's checkpoint; an evaluation already logged is not played twice",
-    "every point of the eval curve",
+    "the eval curve's point of the update the run resumes from (an earlier eval still in flight, which takes "
+    "longer than an update, is lost)",
 )
-def test_an_eval_cut_off_by_a_stop_is_played_again_at_the_resume(tmp_path):
-    kw = dict(eval_interval=2, eval_in_background=False, num_local_steps=8)
+@pytest.mark.parametrize("background", [False, True])
+def test_an_eval_cut_off_by_a_stop_is_played_again_at_the_resume(tmp_path, background):
+    kw = dict(eval_interval=2, eval_in_background=background, num_local_steps=8)
     first = Trainer(GRID, grid_cfg(tmp_path, num_global_steps=2 * 16, **kw)).train()
     metrics = os.path.join(first["run_dir"], "metrics.jsonl")
     logged = read_metrics(first["run_dir"])["eval/return"]

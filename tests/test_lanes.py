@@ -192,23 +192,54 @@ def test_a_run_another_process_is_at_work_on_is_skipped_and_left_untouched(tmp_p
 
 
 def test_a_run_claimed_by_a_suite_in_another_clone_is_skipped_naming_it(tmp_path, capsys):
-    """Two clones of the repository have their own suite folders; a run name is the same in both. While a
-    suite in one trains it, a suite in the other skips it rather than train it a second time."""
-    here, other = tmp_path / "clone_a" / "out", tmp_path / "clone_b" / "out"
+    """Two clones of the repository have their own suite folders of one name; a run name is the same in
+    both. While a suite in one trains it, a suite in the other skips it rather than train it a second
+    time; a check in a scratch folder of another name runs."""
+    here, other, scratch = tmp_path / "clone_a" / "out", tmp_path / "clone_b" / "out", tmp_path / "check"
     plan = [_planned(tmp_path, "r", _writes_metrics(other / "r", lines=5))]
     claim = lanes.claim_run(str(here), "r")
     try:
-        assert lanes.claimed_by("r") == f"process {os.getpid()}, suite folder {here}"
+        assert lanes.claimed_by(str(other), "r") == f"process {os.getpid()}, suite folder {here}"
         assert lanes.run_plan(plan, str(other), say_todo=False) == []
         assert not (other / "r" / "metrics.jsonl").exists()
         assert f"r: in use by another process (a suite or a trainer) (claimed by process {os.getpid()}" in (
             capsys.readouterr().out
         )
+        check = [_planned(scratch, "r", _writes_metrics(scratch / "r", lines=2))]  # (its own summary too)
+        assert lanes.run_plan(check, str(scratch), say_todo=False) == []
+        assert (scratch / "r" / "metrics.jsonl").read_text() == "x\n" * 2
     finally:
         claim.close()
-    assert lanes.claimed_by("r") == ""  # its note outlives it, but is not read
+    assert lanes.claimed_by(str(other), "r") == ""  # its note outlives it, but is not read
     assert lanes.run_plan(plan, str(other), say_todo=False) == []  # free again: it runs
     assert (other / "r" / "metrics.jsonl").read_text() == "x\n" * 5
+
+
+def test_without_a_usable_folder_for_machine_claims_a_suite_claims_in_its_clone(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(lanes, "MACHINE_CLAIMS", str(tmp_path / "file" / "claims"))  # not a folder
+    out = tmp_path / "out"
+    assert lanes.run_plan([_planned(tmp_path, "r", _writes_metrics(out / "r"))], str(out), say_todo=False) == []
+    assert (out / "r" / "metrics.jsonl").exists()
+    assert "r is claimed in this clone only" in capsys.readouterr().out
+
+
+def test_a_paddle_too_old_is_named_once_before_any_run_starts(tmp_path, monkeypatch):
+    """Not in every run's log; and a suite's --status, --report-only or --help, which train nothing, are
+    not refused (interrupt_on_sigterm, the first thing a suite does, lets it pass)."""
+    import paddle
+
+    monkeypatch.setattr(paddle, "__version__", "2.5.2")
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    try:
+        lanes.interrupt_on_sigterm()
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGHUP, handlers[1])
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"PaddlePaddle 2\.5\.2 is installed; this project needs 2\.6"):
+        lanes.run_plan([_planned(tmp_path, "r", _writes_metrics(out / "r"))], str(out), say_todo=False)
+    assert not (out / "r").exists()
 
 
 def test_a_run_stopped_by_a_signal_before_its_trainer_handles_one_stops_the_plan_unrestarted(tmp_path):
@@ -241,6 +272,12 @@ def test_a_pack_is_never_replaced_by_an_older_checkpoint(tmp_path):
     os.remove(out / "r" / "models" / "x_8.pdparams")  # a folder behind it
     assert lanes.pack_state([run], str(out), str(state)) == []
     assert lanes._packed_checkpoint(str(state / "r.old"))[1] == 8 and not (state / "r").exists()
+    _checkpoint(out / "r" / "models" / "x_10.pdparams", 10)  # past it: packed, and the earlier pack goes
+    assert lanes.pack_state([run], str(out), str(state)) == ["r"]
+    assert lanes._packed_checkpoint(str(state / "r"))[1] == 10 and not (state / "r.old").exists()
+    os.replace(state / "r", state / "r.old")
+    (tmp_path / "r.json").write_text(json.dumps({"status": "budget"}))  # the run is done: no pack is kept
+    assert lanes.pack_state([run], str(out), str(state)) == [] and not os.listdir(state)
 
 
 def test_a_run_whose_start_fails_lets_go_of_its_claim(tmp_path):
@@ -258,6 +295,15 @@ def test_a_run_whose_start_fails_lets_go_of_its_claim(tmp_path):
     claim = lanes.claim_run(str(out), "r")
     assert claim is not None
     claim.close()
+
+    def no_command(resume):
+        raise KeyboardInterrupt  # a Ctrl-C once its start is written down
+
+    plan = [dataclasses.replace(plan[0], resume=lambda run_dir: (None, 0), argv=no_command)]
+    with pytest.raises(KeyboardInterrupt):
+        lanes.run_plan(plan, str(out), say_todo=False)
+    assert [e["event"] for e in lanes.read_segments(str(out), "r")] == ["start", "end"]  # its end written too
+    lanes.claim_run(str(out), "r").close()
 
 
 def test_a_pack_leaves_out_the_moments_of_every_optimizer_whatever_its_entry_is_called(tmp_path):

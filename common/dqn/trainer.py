@@ -207,6 +207,11 @@ class DQNTrainer:
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:
+        """Write the current state as ``name`` (default: this train step's checkpoint name), after the
+        records of what it holds have reached the disk (a failure there is raised by the next flush, and
+        must not keep the state from being saved after an error)."""
+        with contextlib.suppress(OSError):
+            self.logger.flush(durable=True)
         name = name or self.spec.checkpoint_name(self.cfg, self.train_count)
         self.last_checkpoint = self.folder.save(name, self.state_dict())
         self.saved_at = self.train_count
@@ -388,7 +393,6 @@ class DQNTrainer:
                 if self.train_count % 10 == 0:
                     bar.set_postfix_str(log.progress(self.env_steps, eps))
             if self.saved_at != self.train_count or not self.last_checkpoint:
-                self.logger.flush(durable=True)  # a checkpoint never gets ahead of its records
                 self.save()
             self.logger.hparams(cfg.to_dict(), ["episode/return", "eval/return"])
         except Exception as e:  # an env fault, an I/O error, a run of non-finite steps: keep what was learned
@@ -441,7 +445,6 @@ class DQNTrainer:
             self.last_eval = self.evaluate()
             log.eval(self.last_eval, step)
         if cfg.save_interval and step % cfg.save_interval == 0:
-            self.logger.flush(durable=True)  # a checkpoint never gets ahead of its records
             self.save()
 
     def _stopped_by(self, error: Exception) -> Exception:

@@ -21,6 +21,7 @@ writes files, and ``--num-global-steps`` counts the steps of every rank.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import time
 
@@ -215,6 +216,10 @@ class Trainer:
         ``--save-minutes``): a resume looks for them, so the success checkpoint must not stand in for one."""
         if not self.world.is_main:
             return ""
+        # the records of what it holds reach the disk first (a failure there is raised by the next flush,
+        # and must not keep the state from being saved after an error)
+        with contextlib.suppress(OSError):
+            self.logger.flush(durable=True)
         self.last_checkpoint = self.folder.save(
             self.spec.checkpoint_name(self.cfg, self.update), {**self.state_dict(), **self.episodes.entry()}
         )
@@ -478,7 +483,6 @@ class Trainer:
             main and time.monotonic() - self.saved_at >= 60 * cfg.save_minutes
         )
         if by_count or by_clock:
-            self.logger.flush(durable=True)  # a checkpoint never gets ahead of its update's records
             self.save()
         self._log_evals(block=False)
         self.logger.flush()  # curves can be watched live (metrics.jsonl, VisualDL)

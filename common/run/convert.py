@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from common.run import tensorfile
+from common.run import files, tensorfile
 
 #: the child's memory: room for its interpreter and numpy, plus this many times the file
 MEMORY_BASE, MEMORY_PER_BYTE = 400 * 2**20, 8
@@ -97,8 +97,11 @@ def convert(path: str) -> str:
             if done.returncode < 0 or "MemoryError" in last:
                 why = f"reading it needed more than {limit / 2**20:.0f} MB or crashed ({why})"
             raise ConversionError(f"refused {path}: {why}")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # (the child wrote it) on the disk before it replaces the original
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+        files.sync_folder(folder)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
