@@ -215,13 +215,19 @@ def test_a_checkpoint_is_written_after_its_updates_records(tmp_path):
 
 
 def test_same_seed_repeats_exactly(tmp_path):
-    runs = []
-    for name in ("s1", "s2"):
-        t = Trainer(MARIO, tiny(tmp_path, run_name=name, num_global_steps=16, save_interval=0))
+    """Also when the second run saves, logs and draws more often: those settings say when the run writes,
+    not what it learns (``HOW_NOT_WHAT``: a resume that changes them is not told)."""
+    runs, cfgs = [], []
+    more_often = dict(save_interval=1, save_minutes=0.001, histogram_interval=1, embedding_interval=1)
+    more_often.update(picture_interval=1, max_nan_updates=9)
+    for name, cadence in (("s1", dict(save_interval=0)), ("s2", more_often)):
+        cfgs.append(tiny(tmp_path, run_name=name, num_global_steps=16, **cadence))
+        t = Trainer(MARIO, cfgs[-1])
         t.train()
         runs.append(params(t.policy) + params(t.intrinsic.predictor))
     for pa, pb in zip(*runs):
         np.testing.assert_array_equal(pa, pb)
+    assert cfgs[1].changed_since(json.loads(json.dumps(cfgs[0].to_dict()))) == []
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path):

@@ -252,6 +252,10 @@ class TrainConfig(RunConfig):
         "snd_max_pairs",
     )
     HOW_NOT_WHAT = RunConfig.HOW_NOT_WHAT + (
+        "save_minutes",
+        "histogram_interval",
+        "embedding_interval",
+        "picture_interval",
         "num_threads",
         "inference",
         "num_workers",

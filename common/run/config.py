@@ -175,8 +175,9 @@ class RunConfig:
 
     POSITIVE = ()  # names of the fields that must be > 0 (class attributes, not fields)
     NON_NEGATIVE = ()  # ... >= 0
-    #: the fields that say where a run writes or how it computes, not what it learns: a resume may change them
-    HOW_NOT_WHAT = ("device", "log_path", "run_name", "saved_path", "resume")
+    #: the fields that say where or when a run writes, or how it computes, not what it learns: a resume may
+    #: change them unremarked (tests/test_trainer.py and test_dqn.py: the same weights either way)
+    HOW_NOT_WHAT = ("device", "log_path", "run_name", "saved_path", "resume", "save_interval", "max_nan_updates")
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and what is accepted."""

@@ -2,10 +2,11 @@
 
 A run lives for days and is stopped by signals, full disks and power cuts. Every file the project
 replaces (checkpoints, ``config.json``, summaries, a cut ``metrics.jsonl``) goes through
-``write_atomic`` (``common.run.convert``, whose file a child process writes, takes the same steps): a temporary file beside the target, flushed to the disk, renamed over it, and the
-folder's entry flushed too. A stop at any point leaves the old file or the new one, never an empty or
-half-written one, also on filesystems that do not order a rename after the data it renames (XFS, or
-ext4 mounted with ``noauto_da_alloc``).
+``write_atomic`` (``common.run.convert``, whose file a child process writes, takes the same steps): a
+temporary file beside the target, flushed to the disk, renamed over it, and the folder's entry flushed
+too. A stop at any point leaves the old file or the new one, never an empty or half-written one, also
+on filesystems that do not order a rename after the data it renames (XFS, or ext4 mounted with
+``noauto_da_alloc``).
 """
 
 from __future__ import annotations
