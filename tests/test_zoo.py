@@ -99,6 +99,12 @@ def test_a_half_zoo_file_widens_to_the_rounded_float32_weights():
     assert kept["intrinsic"]["predictor_opt"] == {} and kept["policy"]["fc.weight"].dtype == paddle.float32
 
 
+@pytest.mark.parametrize("card", CARDS, ids=[c["name"] for c in CARDS])
+def test_a_card_gives_the_size_of_its_file(card):
+    """A file rewritten after its card (a format change) must not leave the card's size behind."""
+    assert card["megabytes"] == round(os.path.getsize(os.path.join(zoo.ZOO, card["file"])) / 2**20, 2)
+
+
 def test_the_readmes_show_the_zoo_as_its_cards_say():
     table = zoo.markdown_table()
     for name in ("README.md", "README_cn.md", os.path.join("zoo", "README.md")):
