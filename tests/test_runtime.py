@@ -69,7 +69,8 @@ def test_once_its_parent_has_ended_no_signal_aborts_the_stop(monkeypatch, capsys
     that must not abort the save the SIGINT asked for."""
     with StopSignals("finishing this step") as stop:
         os.kill(os.getpid(), signal.SIGINT)
-        monkeypatch.setattr(os, "getppid", lambda: 1)  # the parent has ended
+        started_by = os.getppid()
+        monkeypatch.setattr(os, "getppid", lambda: -started_by)  # the parent has ended (another parent now)
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)  # no abort: no KeyboardInterrupt
         assert stop.signum == signal.SIGINT
