@@ -1448,7 +1448,7 @@ def test_a_lost_background_evaluation_is_skipped_and_replaced(sig, tmp_path):
     args = [
         *("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "32", "--batch-size", "2"),
         *("--num-epochs", "1", "--num-global-steps", "2560", "--eval-interval", "1", "--max-eval-steps", "200"),
-        *("--save-interval", "0", "--obs-norm-steps", "1", "--worker-timeout", "4", "--video-interval", "0"),
+        *("--save-interval", "0", "--obs-norm-steps", "1", "--worker-timeout", "10", "--video-interval", "0"),
         *("--log-path", str(tmp_path), "--run-name", "e"),
     ]
     proc = subprocess.Popen(
