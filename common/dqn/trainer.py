@@ -207,11 +207,8 @@ class DQNTrainer:
         self.saved_at = self.train_count
 
     def save(self, name: str | None = None) -> str:
-        """Write the current state as ``name`` (default: this train step's checkpoint name), after the
-        records of what it holds have reached the disk (a failure there is raised by the next flush, and
-        must not keep the state from being saved after an error)."""
-        with contextlib.suppress(OSError):
-            self.logger.flush(durable=True)
+        """Write the current state as ``name`` (default: this train step's checkpoint name)."""
+        self.logger.sync()  # its records reach the disk first
         name = name or self.spec.checkpoint_name(self.cfg, self.train_count)
         self.last_checkpoint = self.folder.save(name, self.state_dict())
         self.saved_at = self.train_count

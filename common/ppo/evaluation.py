@@ -52,6 +52,8 @@ import numpy as np
 from common.envs.workers import describe_exitcode, worker_launch
 from common.intrinsic.base import episode_rewards
 from common.run import games
+from common.run.checkpoint import copy_state
+from common.run.logger import read_metrics
 
 EVAL_NICENESS = 10  # os.nice increment of the eval process
 
@@ -316,6 +318,19 @@ class Evaluations:
         if self.cfg.video_interval and update % self.cfg.video_interval == 0:
             record = os.path.join(run_dir, "videos", f"eval_{update:06d}.mp4")
         self.start(snapshot, self.cfg.seed + 7919 * (update + 1), record)
+
+    def resume(self, state, run_dir: str, update: int, global_step: int) -> None:
+        """At a resume from ``update``: play its eval again if it never reached ``run_dir/metrics.jsonl`` (a
+        stop drops the eval in flight), with the seed it would have had. ``state()``: the run's state."""
+        every = self.cfg.eval_interval
+        if not (every and update and update % every == 0):
+            return
+        try:
+            steps = read_metrics(run_dir).get("eval/return", ((), ()))[0]
+        except (OSError, ValueError):  # an unreadable record is reported where the curves are read
+            return
+        if global_step not in steps:
+            self.start_update(copy_state(state()), run_dir)
 
     def finished(self, block: bool = False) -> list:
         """The evaluations whose results arrived, as ``[(result, snapshot)]`` (``block``: wait for the

@@ -21,7 +21,6 @@ writes files, and ``--num-global-steps`` counts the steps of every rank.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import time
 
@@ -60,7 +59,7 @@ from common.run.checkpoint import (  # noqa: E402
     optimizer_state,
     set_optimizer_state,
 )
-from common.run.logger import Logger, read_metrics  # noqa: E402
+from common.run.logger import Logger  # noqa: E402
 
 #: what ``Trainer.state_dict`` writes and ``Trainer.load`` needs
 CHECKPOINT_KEYS = (
@@ -210,19 +209,13 @@ class Trainer:
         self._visited = {k: state[k] for k in ("visited", "visit_counts") if k in state}
 
     def save(self) -> str:
-        """Write the current state as this update's numbered checkpoint: rank 0 writes, other ranks return "".
-
-        Only numbered checkpoints count as the run's state on disk (``last_checkpoint``, the clock of
-        ``--save-minutes``): a resume looks for them, so the success checkpoint must not stand in for one."""
+        """Write the current state as this update's numbered checkpoint, the only kind a resume looks for and
+        ``last_checkpoint`` and ``--save-minutes`` count. Rank 0 writes; other ranks return ""."""
         if not self.world.is_main:
             return ""
-        # the records of what it holds reach the disk first (a failure there is raised by the next flush,
-        # and must not keep the state from being saved after an error)
-        with contextlib.suppress(OSError):
-            self.logger.flush(durable=True)
-        self.last_checkpoint = self.folder.save(
-            self.spec.checkpoint_name(self.cfg, self.update), {**self.state_dict(), **self.episodes.entry()}
-        )
+        self.logger.sync()  # its records reach the disk first
+        name = self.spec.checkpoint_name(self.cfg, self.update)
+        self.last_checkpoint = self.folder.save(name, {**self.state_dict(), **self.episodes.entry()})
         self.saved_update, self.saved_at = self.update, time.monotonic()
         return self.last_checkpoint
 
@@ -346,18 +339,6 @@ class Trainer:
                 self.solved = True
             self.last_eval = {k: v for k, v in result.items() if k not in ("strip", "along")}
 
-    def _eval_cut_off(self) -> bool:
-        """Whether this run resumed at an eval update whose eval never reached ``metrics.jsonl`` (a stop
-        drops the eval in flight): it is then played at the start, with the seed it would have had."""
-        every = self.cfg.eval_interval
-        if not (self.cfg.resume and every and self.update and self.update % every == 0):
-            return False
-        try:
-            steps = read_metrics(self.run_dir).get("eval/return", ((), ()))[0]
-        except (OSError, ValueError):  # an unreadable record is reported where the curves are read
-            return False
-        return self.global_step not in steps
-
     def _picture_due(self, update: int) -> bool:
         """Whether ``update`` draws the game's picture of where the agent has been (``picture_interval``)."""
         every = self.cfg.picture_interval
@@ -379,8 +360,8 @@ class Trainer:
             try:
                 self.envs, obs = self.episodes.start(self._make_envs(), self._make_envs)
                 self.episodes.mark(self.envs, self.update)  # a stop in the warm-up resumes from here, warming up afresh
-                if main and self._eval_cut_off():
-                    self.evals.start_update(copy_state(self.state_dict()), self.run_dir)
+                if main and cfg.resume:  # the eval of this update, if a stop cut it off
+                    self.evals.resume(self.state_dict, self.run_dir, self.update, self.global_step)
                 if not self.obs_norm_ready:
                     obs = self.init_obs_normalizer(obs)
                 while self.update < self.num_updates and not self.world.stop_agreed(self.stop):

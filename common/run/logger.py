@@ -185,6 +185,12 @@ class Logger:
             if durable:
                 os.fsync(self._jsonl.fileno())
 
+    def sync(self) -> None:
+        """``flush(durable=True)`` before a checkpoint, best effort: a failure here is raised by the next
+        ``flush``, and must not keep the state from being saved after an error."""
+        with contextlib.suppress(OSError):
+            self.flush(durable=True)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):  # closing after a failed write must not hide that error
             self.writer.close()
