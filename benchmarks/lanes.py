@@ -228,12 +228,15 @@ def claim_run(out, name):
     os.makedirs(out, exist_ok=True)
     fds = []
     try:
-        for take in (lambda: _flock(os.path.join(out, name + ".claim")), lambda: _machine_claim(out, name)):
-            fd = take()
-            if fd is None:
-                return None
-            if fd >= 0:
-                fds.append(fd)
+        here = _flock(os.path.join(out, name + ".claim"))
+        if here is None:
+            return None
+        fds.append(here)
+        machine = _machine_claim(out, name)
+        if machine is None:
+            return None
+        if machine >= 0:  # (-1: no usable folder of machine claims)
+            fds.append(machine)
         with contextlib.suppress(FileNotFoundError):  # no lock file: no trainer was ever started there
             trainer = _flock(os.path.join(out, name, ".lock"), make=False)
             if trainer is None:
