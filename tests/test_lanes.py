@@ -349,8 +349,8 @@ def test_a_run_gets_its_stop_when_its_suite_is_killed_without_one(tmp_path):
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not (marker.exists() and marker.read_text() == "saved") and time.monotonic() < deadline:
+        time.sleep(0.1)  # (the run's handler makes the file, then writes it: wait for both)
     assert marker.exists() and marker.read_text() == "saved"
 
 
