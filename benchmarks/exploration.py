@@ -140,6 +140,8 @@ METHODS = {
     "e3b-coef0.1": ("E3B, --int-coef 0.1", ["--intrinsic", "e3b", "--int-coef", "0.1"]),
     "e3b-coef0.01": ("E3B, --int-coef 0.01", ["--intrinsic", "e3b", "--int-coef", "0.01"]),
     "e3b-memory": ("E3B, policy sees the last 4 views", ["--intrinsic", "e3b", "--frame-stack", "4"]),
+    # suite v5: E3B's episodic bonus times RND's global one (Henaff et al. 2023)
+    "e3b-rnd": ("PPO+E3B x RND", ["--intrinsic", "e3b-rnd"]),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -169,6 +171,8 @@ PLAN = (
     # suite v4 (issue 41; docs/exploration.md, "Suite v4"), fixed 2026-12-03 before any of its runs
     ("keycorridor3", ("e3b-ungated", "e3b-episodic", "e3b-coef0.1", "e3b-coef0.01", "e3b-memory"), 3),
     ("keycorridor3", ("noveld-l2", "rnd-stategate", "noveld-stategate"), 3),
+    # suite v5 (docs/exploration.md, "Suite v5"), fixed 2026-12-07 before any of its runs
+    ("keycorridor3", ("e3b-rnd",), 3),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames

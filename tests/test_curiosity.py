@@ -1,4 +1,4 @@
-"""NovelD, ICM and E3B: their rewards against hand-computed values, their training, their checkpoints."""
+"""NovelD, ICM, E3B and E3B x RND: their rewards against hand-computed values, their training, their checkpoints."""
 
 import numpy as np
 import paddle
@@ -219,8 +219,43 @@ def test_e3b_rollout_reward_keeps_each_episode_and_restarts_it_at_its_end():
         m.rollout_reward(obs[:, :2], next_obs[:, :2], actions[:, :2], dones[:, :2])
 
 
+# ------------------------------------------------------------------ E3B x RND
+def test_e3b_rnd_pays_the_product_of_e3b_and_rnd_and_trains_both():
+    m = module("e3b-rnd", num_actions=ACTIONS)
+    obs, next_obs, actions, dones = rollout(T=6, N=3, ended=((2, 1),))
+    m.observe(obs.reshape(-1, *SHAPE))
+    got = m.rollout_reward(obs, next_obs, actions, dones)
+    m.reset_episodes()
+    episodic = m.episodic.rollout_reward(obs, next_obs, actions, dones)  # E3B's own bonus, episodes as above
+    novelty = m.novelty.reward(next_obs.reshape(-1, *SHAPE)).reshape(6, 3)  # RND's, of every s_t+1
+    np.testing.assert_allclose(got, episodic * novelty, rtol=1e-5)
+    assert got.dtype == np.float32 and np.all(episodic > 0) and np.all(novelty > 0)
+    before = [p.numpy().copy() for p in m.novelty.predictor.parameters()]
+    losses = m.update(minibatch(obs, next_obs, actions, dones))
+    assert set(losses) == {"e3b_inverse", "forward"} and all(np.isfinite(v) for v in losses.values())
+    assert any(np.abs(p.numpy() - b).max() > 0 for p, b in zip(m.novelty.predictor.parameters(), before))
+
+
+def test_e3b_rnd_pays_less_for_a_view_familiar_over_training_where_e3b_alone_cannot_tell():
+    """Two one-step episodes from the same start, one to a view trained on many times, one to a view never
+    seen: E3B pays both as new to their episode; the product pays the familiar one far less."""
+    rng = np.random.default_rng(4)
+    start, familiar, unseen = rng.integers(0, 10, size=(3, 1, *SHAPE)).astype(np.uint8)
+    m = module("e3b-rnd", num_actions=ACTIONS)
+    m.observe(np.concatenate([start, familiar, unseen]))
+    seen = {"obs": np.repeat(start, 64, 0), "next_obs": np.repeat(familiar, 64, 0)}
+    for _ in range(150):
+        m.update({**seen, "actions": np.zeros(64, np.int64), "dones": np.zeros(64, np.float32)})
+    obs = np.stack([np.concatenate([start, start]), np.concatenate([familiar, unseen])])  # T+1 = 2, N = 2
+    args = (obs, obs[1:], np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32))
+    product = m.rollout_reward(*args)[0]
+    m.reset_episodes()
+    episodic = m.episodic.rollout_reward(*args)[0]
+    assert product[0] / product[1] < 0.1 * episodic[0] / episodic[1]
+
+
 # ------------------------------------------------------------------ shared
-@pytest.mark.parametrize("name", ["noveld", "icm", "e3b"])
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "e3b-rnd"])
 def test_checkpoint_round_trip_gives_the_same_rewards_and_training(name):
     obs, next_obs, actions, dones = rollout()
     a, b = module(name, num_actions=ACTIONS), module(name, seed=5, num_actions=ACTIONS)
@@ -236,7 +271,7 @@ def test_checkpoint_round_trip_gives_the_same_rewards_and_training(name):
         module("rnd").set_state_dict(a.state_dict())
 
 
-@pytest.mark.parametrize("name", ["rnd", "noveld", "icm", "e3b"])
+@pytest.mark.parametrize("name", ["rnd", "noveld", "icm", "e3b", "e3b-rnd"])
 def test_episode_rewards_score_one_played_episode(name):
     m = module(name, num_actions=ACTIONS)
     obs, _, actions, _ = rollout(T=5, N=1, ended=())
@@ -251,11 +286,16 @@ def test_episode_rewards_score_one_played_episode(name):
 
 
 # ------------------------------------------------------------------ end to end, in every PPO game
-LOSS_TAG = {"noveld": "losses/forward", "icm": "losses/icm_inverse", "e3b": "losses/e3b_inverse"}
+LOSS_TAG = {
+    "noveld": "losses/forward",
+    "icm": "losses/icm_inverse",
+    "e3b": "losses/e3b_inverse",
+    "e3b-rnd": "losses/e3b_inverse",
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "count"])
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "e3b-rnd", "count"])
 def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
     import os
 

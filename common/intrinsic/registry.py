@@ -24,6 +24,7 @@ BUILTIN = (
     "common.intrinsic.noveld",
     "common.intrinsic.icm",
     "common.intrinsic.e3b",
+    "common.intrinsic.e3b_rnd",
     "common.intrinsic.counts",
 )
 _REGISTRY: dict[str, type] = {}
