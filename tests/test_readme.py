@@ -8,7 +8,8 @@ this test names the ones README_cn.md lacks or still has. Both READMEs stay at m
 open with the two install commands, give commands whose scripts, files and flags exist, and
 link only to files (and headings) that exist; so do the pages under docs/, whose commands name
 scripts that exist and flags their ``--help`` lists. The numbered
-deviations, which code and pages cite by number, keep their numbers (docs/deviations.md).
+deviations, which code and pages cite by number, keep their numbers (docs/deviations.md), and
+the hand-written lists of ``--intrinsic`` choices name every registered module.
 """
 
 from __future__ import annotations
@@ -267,3 +268,18 @@ def test_no_benchmark_writes_a_readme():
         with open(path, encoding="utf-8") as f:
             source = f.read()
         assert "README.md" not in source and "README_cn.md" not in source, path
+
+
+def test_the_method_lists_name_every_registered_module():
+    """Where the docs list the ``--intrinsic`` choices by hand (both READMEs, usage.md's flag table, the
+    module table of intrinsic_modules.md), every registered module is named: a new one cannot be missed."""
+    from common.intrinsic import names
+
+    usage = read(os.path.join("docs", "usage.md"))
+    row = next(line for line in usage.splitlines() if line.startswith("| `--intrinsic "))
+    listed = row.split("`")[1].removeprefix("--intrinsic ").replace("\\|", "|").split("|")
+    assert sorted(listed) == sorted(names()), row
+    for page in ("README.md", "README_cn.md", os.path.join("docs", "intrinsic_modules.md")):
+        text = read(page)
+        missing = [name for name in names() if f"`{name}`" not in text]
+        assert not missing, f"{page} does not name {missing}"
