@@ -71,6 +71,15 @@ CARD_SETTINGS = (
 )
 
 
+def _without_optimizers(state: dict) -> dict:
+    """``state`` with every optimizer's state (an ``opt`` or ``*_opt`` entry) emptied, at any depth: a
+    composite module (E3B x RND) nests its parts' states."""
+    return {
+        k: {} if k == "opt" or k.endswith("_opt") else _without_optimizers(v) if isinstance(v, dict) else v
+        for k, v in state.items()
+    }
+
+
 def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dict:
     """The parts of a training checkpoint ``state`` that playing and plotting need (``KEPT``), with the
     intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
@@ -82,10 +91,7 @@ def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dic
     whose networks exceed ``MAX_BYTES`` otherwise (the SND authors' Montezuma policy network: 33 MB)."""
     out = {k: state[k] for k in KEPT if k in state and (intrinsic or k != "intrinsic")}
     if intrinsic:
-        module = dict(out.get("intrinsic") or {})
-        for key in [k for k in module if k.endswith("_opt")]:
-            module[key] = {}
-        out["intrinsic"] = module
+        out["intrinsic"] = _without_optimizers(out.get("intrinsic") or {})
     if half:
         from common.run.checkpoint import cast
 

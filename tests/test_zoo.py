@@ -97,6 +97,14 @@ def test_a_half_zoo_file_widens_to_the_rounded_float32_weights():
     assert widen(odd) is odd
     kept = zoo.weights_only(state)
     assert kept["intrinsic"]["predictor_opt"] == {} and kept["policy"]["fc.weight"].dtype == paddle.float32
+    # a module's optimizers are emptied at any depth (E3B's "opt"; E3B x RND nests both parts' states)
+    nested = {
+        "name": "e3b-rnd",
+        "episodic": {"opt": {"m": 1}, "nets": {"w": 2}},
+        "novelty": {"predictor_opt": {"m": 1}},
+    }
+    kept = zoo.weights_only({**state, "intrinsic": nested})["intrinsic"]
+    assert kept == {"name": "e3b-rnd", "episodic": {"opt": {}, "nets": {"w": 2}}, "novelty": {"predictor_opt": {}}}
 
 
 @pytest.mark.parametrize("card", CARDS, ids=[c["name"] for c in CARDS])

@@ -3,8 +3,8 @@
 E3B (``common.intrinsic.e3b``) measures how new a state is within its episode only: each
 episode starts with an empty ellipse, so a view pays the same in the thousandth episode as in the
 first. RND (``common.intrinsic.rnd``) measures how new it is over all of training. "A Study of
-Global and Episodic Bonuses for Exploration in Contextual MDPs" combines the two by their
-product, the combination its authors found the most robust::
+Global and Episodic Bonuses for Exploration in Contextual MDPs" combines the two; this module
+pays their product::
 
     r(s_t, a_t, s_{t+1}) = b_E3B(s_{t+1}) * b_RND(s_{t+1})
 
@@ -70,10 +70,6 @@ class E3BxRND(IntrinsicModule):
 
     def networks(self) -> list:
         return self.episodic.networks() + self.novelty.networks()
-
-    def reset_optimizers(self) -> None:
-        self.episodic.reset_optimizers()
-        self.novelty.reset_optimizers()
 
     # ---- reward ---------------------------------------------------------------------
     def observe(self, obs: np.ndarray) -> None:
