@@ -26,7 +26,8 @@ the checkpoint's own policy (actions sampled, as in training) and a uniformly ra
 for each policy: the share of an episode's paid reward in its first 10 steps, the paid reward per step
 in steps 0-9 and after step 100, the raw reward of a view new to the episode after step 100 over one
 new in steps 0-9, the paid reward per episode, and how often the key is picked up and a locked door
-opened.
+opened. ``--part episodic`` or ``--part novelty`` scores the same episodes with one factor of an
+E3B x RND run (docs/exploration.md, suite v5).
 """
 
 from __future__ import annotations
@@ -119,11 +120,14 @@ def by_action(steps: dict) -> dict:
     return out
 
 
-def play(checkpoint: str, episodes: int = 40, seed: int = 0, policy: bool = True, max_steps: int = 0) -> list:
+def play(
+    checkpoint: str, episodes: int = 40, seed: int = 0, policy: bool = True, max_steps: int = 0, part: str = ""
+) -> list:
     """Episodes of the checkpoint's policy (``policy``; actions sampled) or of a uniformly random one, each
     scored by its intrinsic module: a list of dicts with ``raw`` and ``paid`` float32[L] (raw x the run's
     training gate, before scaling), ``new_view`` bool[L] (the step's view is new to the episode), ``key``
-    (the key was picked up) and ``door`` (a locked door was opened)."""
+    (the key was picked up) and ``door`` (a locked door was opened). ``part``: score with that part of a
+    composite module instead (E3B x RND: ``episodic`` or ``novelty``); the episodes are the same."""
     import paddle
 
     from common.cpu import unit_floats
@@ -131,6 +135,10 @@ def play(checkpoint: str, episodes: int = 40, seed: int = 0, policy: bool = True
     state, cfg, net = load_policy(SPEC, checkpoint, "cpu", required=("policy", "intrinsic"))
     module = intrinsic_for_run(SPEC, cfg, SPEC.spaces(cfg)[0])
     module.set_state_dict(state["intrinsic"])
+    if part:
+        if not hasattr(module, part):
+            raise SystemExit(f"--part {part}: the module {module.name!r} has no such part")
+        module = getattr(module, part)
     gated = cfg.int_first_visit or module.first_visit_gate
     by_state = cfg.first_visit_key == "state"
     rng, out = np.random.default_rng(seed), []
@@ -200,13 +208,20 @@ def main(argv=None):
     p.add_argument("--episodes", type=int, default=20, help="random-walk episodes to score")
     p.add_argument("--seed", type=int, default=0, help="the walk's and the episodes' seed")
     p.add_argument("--along", action="store_true", help="where in an episode the reward is paid: policy vs random")
+    p.add_argument(
+        "--part",
+        default="",
+        help="with --along: score with one part of a composite module (e3b-rnd: episodic or novelty)",
+    )
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes {args.episodes} is invalid: expected a positive integer")
+    if args.part not in ("", "episodic", "novelty"):
+        p.error(f"--part {args.part!r} is invalid: expected episodic or novelty (the parts of e3b-rnd)")
     if args.along:
         result = {}
         for name, policy in (("policy", True), ("random", False)):
-            result[name] = along(play(args.checkpoint, args.episodes, args.seed, policy))
+            result[name] = along(play(args.checkpoint, args.episodes, args.seed, policy, part=args.part))
             print(name, ", ".join(f"{k} {v:.4g}" for k, v in result[name].items()))
         ratio = result["random"]["paid_per_episode"] / result["policy"]["paid_per_episode"]
         print(f"random / policy, paid reward per episode: {ratio:.2f}")

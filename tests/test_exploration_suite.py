@@ -218,3 +218,22 @@ def test_bonus_probe_sorts_the_steps_of_a_real_e3b_run(tmp_path):
     assert 0 <= summary["early_share"] <= 1 and 0 <= summary["key"] <= 1 and summary["paid_per_episode"] > 0
     hand = np.mean([e["paid"][:10].sum() / e["paid"].sum() for e in episodes[:1]])
     assert np.isclose(bonus_probe.along(episodes[:1])["early_share"], hand)
+
+
+@pytest.mark.slow
+def test_bonus_probe_scores_an_e3b_rnd_run_by_each_factor_on_the_same_episodes(tmp_path):
+    import bonus_probe
+    from short_runs import tiny_grid_run
+
+    checkpoint = tiny_grid_run(tmp_path, intrinsic="e3b-rnd", num_processes=2, num_global_steps=64)["checkpoint"]
+    whole, episodic, novelty = (
+        bonus_probe.play(checkpoint, 2, max_steps=30, part=p) for p in ("", "episodic", "novelty")
+    )
+    for w, e, n in zip(whole, episodic, novelty):  # the same steps, and the module pays the factors' product
+        assert np.array_equal(w["new_view"], e["new_view"]) and np.array_equal(w["new_view"], n["new_view"])
+        np.testing.assert_allclose(w["raw"], e["raw"] * n["raw"], rtol=1e-5)
+    with pytest.raises(SystemExit):
+        bonus_probe.main([checkpoint, "--along", "--part", "target"])
+    rnd = tiny_grid_run(tmp_path / "rnd", intrinsic="rnd", num_processes=2, num_global_steps=64)["checkpoint"]
+    with pytest.raises(SystemExit, match="no such part"):
+        bonus_probe.play(rnd, 1, max_steps=5, part="episodic")
