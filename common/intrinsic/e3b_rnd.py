@@ -10,8 +10,8 @@ pays their product::
 
 so a state pays when it is new to the episode *and* new to the agent. Each factor is computed
 exactly as its own module computes it, with its own networks, optimizer and input normalizer
-(two normalizers of the same frames: simpler than sharing one, and cheap on the views this is
-meant for): E3B's inverse-dynamics features and elliptical memory, RND's frozen random target and
+(two normalizers of the same frames: simpler than sharing one, for the price of a second pass
+of running statistics): E3B's inverse-dynamics features and elliptical memory, RND's frozen random target and
 trained predictor (half the squared error). Both train on every PPO minibatch. The product is
 not rescaled here: like every module's reward, it is scaled by the trainer's running std of the
 intrinsic return, which absorbs a constant factor of either term.
