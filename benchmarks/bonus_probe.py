@@ -211,13 +211,12 @@ def main(argv=None):
     p.add_argument(
         "--part",
         default="",
+        choices=("", "episodic", "novelty"),
         help="with --along: score with one part of a composite module (e3b-rnd: episodic or novelty)",
     )
     args = p.parse_args(argv)
     if args.episodes < 1:
         p.error(f"--episodes {args.episodes} is invalid: expected a positive integer")
-    if args.part not in ("", "episodic", "novelty"):
-        p.error(f"--part {args.part!r} is invalid: expected episodic or novelty (the parts of e3b-rnd)")
     if args.along:
         result = {}
         for name, policy in (("policy", True), ("random", False)):

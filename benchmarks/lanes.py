@@ -625,17 +625,6 @@ def replace_block(path, start, end, block) -> str:
 
 
 # ---------------------------------------------------------------------------------- resume state in git
-#: the checkpoint entries that hold optimizer moments: a packed checkpoint leaves them out, and with them
-#: any other dict keyed like ``common.run.checkpoint.optimizer_state`` (``@param<i>_...``), whatever its name
-OPTIMIZER_KEYS = ("optimizer", "predictor_opt", "target_opt")
-
-
-def _is_optimizer_state(key, value) -> bool:
-    if key in OPTIMIZER_KEYS:
-        return True
-    return isinstance(value, dict) and any(str(k).startswith("@param") for k in value)
-
-
 def _map_state(state, fn):
     """``state`` with every non-container leaf replaced by ``fn(leaf)`` (dicts, lists and tuples kept)."""
     if isinstance(state, dict):
@@ -643,12 +632,6 @@ def _map_state(state, fn):
     if isinstance(state, (list, tuple)):
         return type(state)(_map_state(v, fn) for v in state)
     return fn(state)
-
-
-def _drop_optimizers(state):
-    if isinstance(state, dict):
-        return {k: ({} if _is_optimizer_state(k, v) else _drop_optimizers(v)) for k, v in state.items()}
-    return state
 
 
 def _read_checkpoint(src) -> dict:
@@ -701,7 +684,7 @@ def slim_checkpoint(src, dst) -> str:
     moments (a run resumed from it starts fresh Adam moments, which the trainer does for an empty
     optimizer entry).
     What a lane commits to continue a run elsewhere."""
-    from common.run.checkpoint import save_checkpoint
+    from common.run.checkpoint import save_checkpoint, without_optimizers
 
     def small(leaf):
         if not (isinstance(leaf, np.ndarray) and leaf.dtype == np.float32):
@@ -710,7 +693,7 @@ def slim_checkpoint(src, dst) -> str:
             return _quantize(leaf)
         return leaf.astype(np.float16)
 
-    return save_checkpoint(dst, _map_state(_drop_optimizers(_read_checkpoint(src)), small))
+    return save_checkpoint(dst, _map_state(without_optimizers(_read_checkpoint(src)), small))
 
 
 def unslim_checkpoint(src, dst) -> str:

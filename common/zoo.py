@@ -71,15 +71,6 @@ CARD_SETTINGS = (
 )
 
 
-def _without_optimizers(state: dict) -> dict:
-    """``state`` with every optimizer's state (an ``opt`` or ``*_opt`` entry) emptied, at any depth: a
-    composite module (E3B x RND) nests its parts' states."""
-    return {
-        k: {} if k == "opt" or k.endswith("_opt") else _without_optimizers(v) if isinstance(v, dict) else v
-        for k, v in state.items()
-    }
-
-
 def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dict:
     """The parts of a training checkpoint ``state`` that playing and plotting need (``KEPT``), with the
     intrinsic module's optimizer states emptied (its ``set_state_dict`` then starts fresh optimizers).
@@ -91,7 +82,9 @@ def weights_only(state: dict, half: bool = False, intrinsic: bool = True) -> dic
     whose networks exceed ``MAX_BYTES`` otherwise (the SND authors' Montezuma policy network: 33 MB)."""
     out = {k: state[k] for k in KEPT if k in state and (intrinsic or k != "intrinsic")}
     if intrinsic:
-        out["intrinsic"] = _without_optimizers(out.get("intrinsic") or {})
+        from common.run.checkpoint import without_optimizers
+
+        out["intrinsic"] = without_optimizers(out.get("intrinsic") or {})
     if half:
         from common.run.checkpoint import cast
 

@@ -309,6 +309,21 @@ def optimizer_state(optimizer) -> dict:
     return {ours.get(key, key): value for key, value in state.items()}
 
 
+def without_optimizers(state):
+    """``state`` (a checkpoint or a part of one) with every optimizer's state emptied, at any depth: the
+    entries named ``optimizer``, ``opt`` or ``*_opt`` (also in files from before ``optimizer_state``'s
+    keys) and any dict keyed ``@param...``. A module's ``set_state_dict`` then starts fresh optimizers."""
+    if not isinstance(state, dict):
+        return state
+    return {k: {} if _is_optimizer_state(k, v) else without_optimizers(v) for k, v in state.items()}
+
+
+def _is_optimizer_state(key, value) -> bool:
+    if key in ("optimizer", "opt") or str(key).endswith("_opt"):
+        return True
+    return isinstance(value, dict) and any(str(k).startswith("@param") for k in value)
+
+
 def set_optimizer_state(optimizer, state: dict) -> None:
     """Inverse of ``optimizer_state`` for this optimizer's parameters. A ``ValueError`` names an entry for a
     parameter the optimizer does not have, or a moment whose shape is not its parameter's."""
