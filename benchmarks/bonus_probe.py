@@ -66,7 +66,7 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
     rng = np.random.default_rng(seed)
     out = {"action": [], "kind": [], "raw": [], "gate": [], "same_view": []}
     for episode in range(episodes):
-        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack)
+        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack, observation=cfg.observation)
         try:
             obs = env.reset(seed=seed + episode)
             stacks, actions, kinds = [obs], [], []
@@ -120,6 +120,15 @@ def by_action(steps: dict) -> dict:
     return out
 
 
+def new_views(stacks: np.ndarray, view_channels: int) -> np.ndarray:
+    """bool[L]: which steps of an episode's observations uint8[L+1, C, H, W] show a view new to the episode,
+    reading its first ``view_channels`` channels (the policy's views; with ``--observation view+full`` the
+    grid after them does not count)."""
+    views = stacks[:, None, :view_channels]
+    zeros = np.zeros((len(stacks) - 1, 1), np.float32)
+    return FirstVisitGate(1).gate_rollout(views[:-1], views[1:], zeros)[:, 0] > 0
+
+
 def play(
     checkpoint: str, episodes: int = 40, seed: int = 0, policy: bool = True, max_steps: int = 0, part: str = ""
 ) -> list:
@@ -143,7 +152,7 @@ def play(
     by_state = cfg.first_visit_key == "state"
     rng, out = np.random.default_rng(seed), []
     for episode in range(episodes):
-        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack, state_keys=by_state)
+        env = make_env(cfg.env_id, frame_stack=cfg.frame_stack, state_keys=by_state, observation=cfg.observation)
         try:
             obs = env.reset(seed=seed + episode)
             doors = [d for d in env.unwrapped.grid.grid if d is not None and d.type == "door" and d.is_locked]
@@ -168,12 +177,14 @@ def play(
             env.close()
         stacks, n = np.stack(stacks), len(actions)
         zeros = np.zeros((n, 1), np.float32)
-        new_view = FirstVisitGate(1).gate_rollout(stacks[:-1, None], stacks[1:, None], zeros)[:, 0] > 0
+        new_view = new_views(stacks, 3 * cfg.frame_stack)
         if by_state:
             k = np.asarray(keys, np.int64)[:, None]
             gate = FirstVisitGate(1).gate_rollout(k[:-1], k[1:], zeros)[:, 0]
+        elif gated:  # training's gate counts whole observations
+            gate = FirstVisitGate(1).gate_rollout(stacks[:-1, None], stacks[1:, None], zeros)[:, 0]
         else:
-            gate = new_view.astype(np.float32) if gated else np.ones(n, np.float32)
+            gate = np.ones(n, np.float32)
         raw = np.asarray(episode_rewards(module, stacks, np.array(actions)), np.float32)
         out.append({"raw": raw, "paid": raw * gate, "new_view": new_view, "key": key, "door": door})
     return out

@@ -142,6 +142,11 @@ METHODS = {
     "e3b-memory": ("E3B, policy sees the last 4 views", ["--intrinsic", "e3b", "--frame-stack", "4"]),
     # suite v5: E3B's episodic bonus times RND's global one (Henaff et al. 2023)
     "e3b-rnd": ("PPO+E3B x RND", ["--intrinsic", "e3b-rnd"]),
+    # suite v6: E3B's encoder reads the whole grid, the policy still the view
+    "e3b-places": (
+        "E3B on the whole grid, no gate",
+        ["--intrinsic", "e3b", "--observation", "view+full", "--no-int-first-visit"],
+    ),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -173,6 +178,8 @@ PLAN = (
     ("keycorridor3", ("noveld-l2", "rnd-stategate", "noveld-stategate"), 3),
     # suite v5 (docs/exploration.md, "Suite v5"), fixed 2026-12-07 before any of its runs
     ("keycorridor3", ("e3b-rnd",), 3),
+    # suite v6 (docs/exploration.md, "Suite v6"), fixed 2026-12-07 before any of its runs
+    ("keycorridor3", ("e3b-places",), 3),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames

@@ -28,6 +28,15 @@ return at both unless ``--bootstrap-truncated``, ``common/ppo/buffer.py``).
 ``frame_stack`` > 1 stacks the last views, the newest last (a new episode fills the stack with its
 first view).
 
+What the observation shows (``observation``, ``--observation``): ``view`` is the egocentric view
+above; ``full`` is the task's whole grid instead, with the agent drawn in its cell (object 10,
+colour red, its direction 0-3 in the state channel: MiniGrid's ``FullyObsWrapper`` encoding; what
+it carries is no longer on the grid), ``[3, y, x]`` padded to 7x7 with unseen cells (0), so only
+tasks whose grid fits in 7x7 can show it (KeyCorridorS3R3, DoorKey-5x5, ...); ``view+full`` is the
+view (stack) followed by the newest full grid as 3 more channels: the policy reads the view
+(``gridworld.model`` reads the first channels) and the intrinsic module the grid (its
+``--intrinsic-frames`` are the last channels): docs/exploration.md, suite v6.
+
 Seeding: ``reset(seed)`` seeds MiniGrid's layout generator; later ``reset()``
 continues its RNG, so a vector env seeded with ``seed + i`` repeats exactly.
 ``get_state`` is the episode in progress as what replays it (the generator's state when the
@@ -55,6 +64,10 @@ ACTION_NAMES = ("left", "right", "forward", "pickup", "drop", "toggle", "done")
 
 #: number of categories of each symbolic channel (object, colour, state); from minigrid.core.constants
 CHANNEL_SIZES = (11, 6, 3)
+#: the same for a full grid, whose agent cell holds the agent's direction (0-3) as its state
+FULL_CHANNEL_SIZES = (11, 6, 4)
+#: what an observation shows (module docstring)
+OBSERVATIONS = ("view", "full", "view+full")
 OBJECT_AGENT, COLOR_RED = 10, 0  # minigrid.core.constants: OBJECT_TO_IDX["agent"], COLOR_TO_IDX["red"]
 
 #: tasks this project has tried (any registered MiniGrid id works; these are the examples in errors)
@@ -86,20 +99,25 @@ def validate_env_id(env_id: str) -> None:
         )
 
 
-def state_key(unwrapped) -> int:
-    """The full state of a MiniGrid env as one int64: a hash of its whole grid with the agent drawn in
-    (object, colour and direction at its cell), what MiniGrid's ``FullyObsWrapper`` shows and the NovelD
-    authors count per episode; not salted per process (blake2b), so every worker computes the same key."""
+def full_grid(unwrapped) -> np.ndarray:
+    """uint8[width, height, 3]: a MiniGrid env's whole grid with the agent drawn in (object, colour and
+    direction at its cell), what MiniGrid's ``FullyObsWrapper`` shows."""
     grid = unwrapped.grid.encode()
     x, y = unwrapped.agent_pos
     grid[x, y] = (OBJECT_AGENT, COLOR_RED, unwrapped.agent_dir)
-    digest = hashlib.blake2b(grid.tobytes(), digest_size=8).digest()
+    return grid
+
+
+def state_key(unwrapped) -> int:
+    """The full state of a MiniGrid env as one int64: a hash of ``full_grid``, what the NovelD authors
+    count per episode; not salted per process (blake2b), so every worker computes the same key."""
+    digest = hashlib.blake2b(full_grid(unwrapped).tobytes(), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
 
 
 class GridEnv(GameEnv):
-    """One MiniGrid task; obs uint8 ``[3 * frame_stack, 7, 7]`` (the newest view last),
-    ``step(a) -> (obs, reward, done, info)``."""
+    """One MiniGrid task; obs uint8 ``[3 * frame_stack, 7, 7]`` (the newest view last; ``view+full``: 3
+    more channels, the full grid), ``step(a) -> (obs, reward, done, info)``."""
 
     num_actions = len(ACTION_NAMES)
 
@@ -109,12 +127,17 @@ class GridEnv(GameEnv):
         record_path: str | None = None,
         frame_stack: int = 1,
         state_keys: bool = False,
+        observation: str = "view",
     ):
         validate_env_id(env_id)
         if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 16:
             raise ValueError(f"frame_stack must be an integer from 1 to 16, got {frame_stack!r}")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got {observation!r}")
+        self.observation = observation
         self.stack = FrameStack(frame_stack, (CHANNELS, VIEW, VIEW), fill="repeat")
-        self.observation_shape = self.stack.shape
+        extra = CHANNELS if observation == "view+full" else 0
+        self.observation_shape = (self.stack.shape[0] + extra, VIEW, VIEW)
         self.state_keys, self._key = bool(state_keys), 0
         self._episode_rng, self._episode_actions = None, []  # what replays the episode (get_state)
         self.env_id = env_id
@@ -125,14 +148,27 @@ class GridEnv(GameEnv):
                 f"{env_id} has a {self.unwrapped.agent_view_size}x{self.unwrapped.agent_view_size} "
                 f"view; this wrapper expects {VIEW}x{VIEW}"
             )
+        if observation != "view" and max(self.unwrapped.width, self.unwrapped.height) > VIEW:
+            raise ValueError(
+                f"--observation {observation} shows the whole grid padded to {VIEW}x{VIEW}; {env_id}'s grid is "
+                f"{self.unwrapped.width}x{self.unwrapped.height} (use --observation view)"
+            )
         fast_view.install(self.unwrapped)  # MiniGrid's own view, the same array, faster (docs/performance.md)
         super().__init__(record_path, fps=RECORD_FPS)
 
+    def _full(self) -> np.ndarray:
+        """The whole grid as uint8[3, 7, 7] ([channel, y, x]), unseen (0) beyond the task's grid."""
+        grid = full_grid(self.unwrapped).transpose(2, 1, 0)
+        out = np.zeros((CHANNELS, VIEW, VIEW), np.uint8)
+        out[:, : grid.shape[1], : grid.shape[2]] = grid
+        return out
+
     def _obs(self, raw: dict, first: bool = False) -> np.ndarray:
         # MiniGrid's image is indexed [x, y, channel]; make it [channel, y, x] (an upright picture)
-        view = np.asarray(raw["image"], dtype=np.uint8).transpose(2, 1, 0)
-        # an episode starts with its first view in every slot of the stack
-        return self.stack.reset(view) if first else self.stack.push(view)
+        frame = self._full() if self.observation == "full" else np.asarray(raw["image"], np.uint8).transpose(2, 1, 0)
+        # an episode starts with its first frame in every slot of the stack
+        obs = self.stack.reset(frame) if first else self.stack.push(frame)
+        return np.concatenate([obs, self._full()]) if self.observation == "view+full" else obs
 
     def _record_screen(self):
         if self._recorder is not None:  # rendering costs time: only when recording
@@ -195,7 +231,13 @@ class GridEnv(GameEnv):
 
 
 def make_env(
-    env_id: str = "MiniGrid-DoorKey-5x5-v0", record_path: str | None = None, frame_stack: int = 1, state_keys=False
+    env_id: str = "MiniGrid-DoorKey-5x5-v0",
+    record_path: str | None = None,
+    frame_stack: int = 1,
+    state_keys=False,
+    observation: str = "view",
 ) -> GridEnv:
     """Picklable module-level factory (for worker processes)."""
-    return GridEnv(env_id=env_id, record_path=record_path, frame_stack=frame_stack, state_keys=state_keys)
+    return GridEnv(
+        env_id=env_id, record_path=record_path, frame_stack=frame_stack, state_keys=state_keys, observation=observation
+    )

@@ -30,7 +30,9 @@ from gridworld.env import CHANNEL_SIZES
 
 
 class OneHotCodes(nn.Layer):
-    """float32[B, C, H, W] in [0, 1] (= uint8 codes / 255) -> float32[B, sum(sizes), H, W] one-hot.
+    """float32[B, C, H, W] in [0, 1] (= uint8 codes / 255) -> float32[B, sum(sizes), H, W] one-hot of the
+    first ``len(sizes)`` channels (C may be more: ``--observation view+full``'s grid is for the intrinsic
+    module).
 
     No parameters. ``forward_numpy`` is the same function on numpy, for the native engine.
     """

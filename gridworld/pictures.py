@@ -1,6 +1,6 @@
 """MiniGrid's pictures: the symbolic view in colour, and where the agent has been in a rollout.
 
-* ``view_picture(obs)``: the agent's 7x7 symbolic view uint8[3, 7, 7] drawn by MiniGrid's own
+* ``view_picture(obs)``: the agent's 7x7 symbolic view uint8[3, 7, 7] (or the full grid) drawn by MiniGrid's own
   renderer (``Grid.decode`` + ``Grid.render``, as ``MiniGridEnv.get_pov_render`` draws it: the
   agent at the bottom centre facing up, unseen cells dark): the frames of the greedy episode's
   intrinsic-reward picture, since the env renders RGB only when it records a video.
@@ -22,11 +22,19 @@ TILE = 16  # pixels per cell of a rendered view: 7 x 16 = 112
 
 def view_picture(obs: np.ndarray, tile: int = TILE) -> np.ndarray:
     """The symbolic view uint8[3, 7, 7] ([channel, y, x]; of a stack of views, the newest: the last 3
-    channels) -> uint8[7 * tile, 7 * tile, 3] RGB."""
+    channels) -> uint8[7 * tile, 7 * tile, 3] RGB. A full grid (``--observation full`` or
+    ``view+full``, whose last 3 channels hold the agent's own code) is drawn with the agent where it
+    stands, facing its way."""
     from minigrid.core.grid import Grid
+
+    from gridworld.env import OBJECT_AGENT
 
     codes = np.asarray(obs, np.uint8)[-3:].transpose(2, 1, 0)  # MiniGrid's [x, y, channel]
     grid, seen = Grid.decode(codes)
+    agent = np.argwhere(codes[:, :, 0] == OBJECT_AGENT)
+    if len(agent):  # a full grid: the agent's cell holds its direction
+        x, y = (int(v) for v in agent[0])
+        return grid.render(tile, agent_pos=(x, y), agent_dir=int(codes[x, y, 2]), highlight_mask=seen)
     view = codes.shape[0]
     return grid.render(tile, agent_pos=(view // 2, view - 1), agent_dir=3, highlight_mask=seen)
 

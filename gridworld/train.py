@@ -14,7 +14,16 @@ from common.ppo.config import TrainConfig
 from common.run.config import arg, default, need
 from common.run.game import GameSpec
 from gridworld import pictures
-from gridworld.env import ACTION_NAMES, CHANNEL_SIZES, CHANNELS, VIEW, make_env, validate_env_id
+from gridworld.env import (
+    ACTION_NAMES,
+    CHANNEL_SIZES,
+    CHANNELS,
+    FULL_CHANNEL_SIZES,
+    OBSERVATIONS,
+    VIEW,
+    make_env,
+    validate_env_id,
+)
 
 
 @dataclass
@@ -49,6 +58,13 @@ class GridConfig(TrainConfig):
         1,
         "views per observation, the newest last: a memory of the last views for the feed-forward policy "
         "(the intrinsic module sees --intrinsic-frames channels, the newest view's 3 by default)",
+    )
+    observation: str = arg(
+        "view",
+        "what an observation shows: view (the agent's egocentric 7x7 view), full (the whole grid with the agent, "
+        "MiniGrid's FullyObsWrapper; grids up to 7x7) or view+full (the policy reads the view, the intrinsic "
+        "module the whole grid: its --intrinsic-frames 3 are the last channels; docs/exploration.md, suite v6)",
+        choices=OBSERVATIONS,
     )
     num_global_steps: int = default(1_000_000)
     num_processes: int = default(16)
@@ -90,17 +106,21 @@ def env_factory(cfg: GridConfig, record_path=None):
         record_path=record_path,
         frame_stack=cfg.frame_stack,
         state_keys=cfg.first_visit_key == "state",
+        observation=cfg.observation,
     )
 
 
 def spaces(cfg: GridConfig):
-    return (CHANNELS * cfg.frame_stack, VIEW, VIEW), len(ACTION_NAMES)
+    extra = CHANNELS if cfg.observation == "view+full" else 0  # the full grid after the views
+    return (CHANNELS * cfg.frame_stack + extra, VIEW, VIEW), len(ACTION_NAMES)
 
 
 def make_policy(cfg, obs_shape, num_actions):
+    """The policy one-hot encodes the first channels only: in view+full the views, not the grid after them."""
     from gridworld.model import GridPolicy
 
-    return GridPolicy(num_actions, CHANNEL_SIZES * cfg.frame_stack)
+    sizes = FULL_CHANNEL_SIZES if cfg.observation == "full" else CHANNEL_SIZES
+    return GridPolicy(num_actions, sizes * cfg.frame_stack)
 
 
 def make_intrinsic_networks(cfg, in_channels):

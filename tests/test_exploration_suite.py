@@ -237,3 +237,24 @@ def test_bonus_probe_scores_an_e3b_rnd_run_by_each_factor_on_the_same_episodes(t
     rnd = tiny_grid_run(tmp_path / "rnd", intrinsic="rnd", num_processes=2, num_global_steps=64)["checkpoint"]
     with pytest.raises(SystemExit, match="no such part"):
         bonus_probe.play(rnd, 1, max_steps=5, part="episodic")
+
+
+@pytest.mark.slow
+def test_a_view_and_full_grid_e3b_run_trains_and_the_probe_keys_new_views_on_the_view(tmp_path):
+    """Suite v6's run in small: E3B's encoder reads the full grid, the policy the view; the probe's 'new
+    view' reads the policy's view, not the grid after it; its gate, as training's, the whole observation."""
+    import bonus_probe
+    from short_runs import tiny_grid_run
+
+    stacks = np.zeros((4, 6, 7, 7), np.uint8)  # views A, A, B, A; grids 0, 1, 2, 3
+    stacks[2, :3] = 1
+    stacks[:, 3] = np.arange(4)[:, None, None]
+    assert bonus_probe.new_views(stacks, 3).tolist() == [False, True, False]
+    assert bonus_probe.new_views(stacks, 6).tolist() == [True, True, True]
+
+    run = tiny_grid_run(tmp_path, intrinsic="e3b", observation="view+full", num_processes=2, num_global_steps=64)
+    assert run["update"] == 2
+    for e in bonus_probe.play(run["checkpoint"], 2, max_steps=30):
+        assert e["raw"].shape == e["new_view"].shape and np.isfinite(e["raw"]).all() and (e["raw"] > 0).any()
+        assert np.array_equal(e["paid"] > 0, (e["raw"] > 0) & (e["paid"] == e["raw"]))  # gated: raw or nothing
+    assert len(bonus_probe.walk(run["checkpoint"], episodes=1, max_steps=20)["raw"]) == 20

@@ -235,6 +235,86 @@ def test_norm_adv_makes_the_loss_invariant_to_the_advantage_scale():
     assert abs(float(raw.loss({**batch, "advantages": batch["advantages"] * 100})[0]) - a) > 1e-3
 
 
+def test_full_grid_observations():
+    """--observation full: the whole grid with the agent (its direction in the state channel), padded to
+    7x7; view+full: the plain view, then that grid; a grid larger than 7x7 and a bad value are refused."""
+    from gridworld.env import OBJECT_AGENT, full_grid
+
+    actions = np.random.default_rng(1).integers(0, 3, 40)  # turns and moves: the agent's cell and direction change
+    envs = {o: GridEnv("MiniGrid-KeyCorridorS3R3-v0", observation=o) for o in ("view", "full", "view+full")}
+    small = GridEnv(SMALL, observation="full")
+    try:
+        obs = {o: env.reset(seed=2) for o, env in envs.items()}
+        seen = set()
+        for a in actions:
+            u = envs["full"].unwrapped
+            x, y = u.agent_pos
+            seen.add((x, y, u.agent_dir))
+            assert obs["full"].shape == (3, 7, 7) and obs["view+full"].shape == (6, 7, 7)
+            np.testing.assert_array_equal(obs["full"], full_grid(u).transpose(2, 1, 0))  # a 7x7 task: no padding
+            assert obs["full"][0, y, x] == OBJECT_AGENT and obs["full"][2, y, x] == u.agent_dir
+            np.testing.assert_array_equal(obs["view+full"][:3], obs["view"])
+            np.testing.assert_array_equal(obs["view+full"][3:], obs["full"])
+            obs = {o: env.step(int(a))[0] for o, env in envs.items()}
+        assert len({d for *_, d in seen}) == 4 and len({(x, y) for x, y, _ in seen}) > 1
+        grid = small.reset(seed=1)  # a 5x5 task: unseen (0) beyond its grid
+        assert (grid[:, 5:] == 0).all() and (grid[:, :, 5:] == 0).all() and (grid[0, :5, :5] > 0).all()
+    finally:
+        for env in (*envs.values(), small):
+            env.close()
+    stacked = GridEnv(SMALL, frame_stack=2, observation="view+full")
+    try:
+        assert stacked.reset(seed=0).shape == stacked.observation_shape == (9, 7, 7)
+    finally:
+        stacked.close()
+    with pytest.raises(ValueError, match="DoorKey-8x8-v0's grid is 8x8"):
+        GridEnv("MiniGrid-DoorKey-8x8-v0", observation="full")
+    with pytest.raises(ValueError, match="observation must be one of view, full, view\\+full, got 'grid'"):
+        GridEnv(SMALL, observation="grid")
+
+
+def test_with_view_and_full_grid_the_policy_reads_the_view_and_the_module_the_grid():
+    """view+full: the policy's output does not depend on the grid channels, the intrinsic module's reward
+    only on them; with full, the policy tells the agent's four directions apart; the picture draws the
+    agent where the grid has it."""
+    from common.cpu import unit_floats
+    from common.intrinsic import intrinsic_for_run
+    from gridworld.model import OneHotCodes
+    from gridworld.pictures import view_picture
+    from gridworld.train import SPEC, GridConfig, make_policy
+
+    cfg = GridConfig(observation="view+full", intrinsic="rnd", env_id="MiniGrid-KeyCorridorS3R3-v0")
+    shape, actions = SPEC.spaces(cfg)
+    assert shape == (6, 7, 7)
+    with GridEnv(cfg.env_id, observation="view+full") as env:
+        obs = np.stack([env.reset(seed=s) for s in range(6)])
+    other_grid, other_view = obs.copy(), obs.copy()
+    other_grid[:, 3:] = obs[::-1, 3:]
+    other_view[:, :3] = obs[::-1, :3]
+    assert not np.array_equal(obs[:, 3:], other_grid[:, 3:]) and not np.array_equal(obs[:, :3], other_view[:, :3])
+    policy = make_policy(cfg, shape, actions)
+    out, same_view = policy(unit_floats(obs)), policy(unit_floats(other_grid))
+    for a, b in zip(out, same_view):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not np.allclose(out[0].numpy(), policy(unit_floats(other_view))[0].numpy())
+    module = intrinsic_for_run(SPEC, cfg, shape)
+    module.observe(obs)
+    np.testing.assert_array_equal(module.reward(obs), module.reward(other_view))
+    assert not np.allclose(module.reward(obs), module.reward(other_grid))
+
+    sizes = make_policy(GridConfig(observation="full"), (3, 7, 7), 7).channel_sizes
+    codes = np.zeros((4, 3, 7, 7), np.uint8)
+    codes[:, 0, 2, 2], codes[:, 2, 2, 2] = 10, np.arange(4)  # the agent facing each of its four ways
+    hot = OneHotCodes(sizes).forward_numpy(codes / 255.0)
+    assert len({hot[i].tobytes() for i in range(4)}) == 4
+    picture = view_picture(obs[0])  # the agent's tile holds its red triangle
+    y, x = np.argwhere(obs[0, 3] == 10)[0]
+    tile = picture[16 * y : 16 * (y + 1), 16 * x : 16 * (x + 1)]
+    fy, fx = np.argwhere(obs[0, 3] == 1)[0]  # an empty floor cell
+    floor = picture[16 * fy : 16 * (fy + 1), 16 * fx : 16 * (fx + 1)]
+    assert (tile[..., 0].astype(int) - tile[..., 1]).max() > 100 >= (floor[..., 0].astype(int) - floor[..., 1]).max()
+
+
 def test_config_flags_have_help_and_round_trip():
     import dataclasses
 
