@@ -135,6 +135,13 @@ def level_name(cfg) -> str:
     return name.rsplit("-v", 1)[0] if "-v" in name else name
 
 
+def obs_value_max(cfg) -> tuple:
+    """The largest code of each channel the intrinsic module reads (its last channels): the view's, or with
+    --observation full or view+full the grid's, whose agent cell holds a direction 0-3."""
+    sizes = CHANNEL_SIZES if cfg.observation == "view" else FULL_CHANNEL_SIZES
+    return tuple(float(n - 1) for n in sizes)
+
+
 def episode_metrics(info: dict) -> dict:
     return {"success": float(bool(info.get("success", False)))}
 
@@ -159,7 +166,7 @@ SPEC = GameSpec(
     embedding_metadata=lambda info: [str(info.get("agent_pos", "?")), info.get("carrying", "") or "-"],
     embedding_header=["agent_pos", "carrying"],
     action_names=lambda cfg: list(ACTION_NAMES),
-    obs_value_max=tuple(float(n - 1) for n in CHANNEL_SIZES),  # category codes (per channel of the newest view)
+    obs_value_max=obs_value_max,  # category codes, per channel
     state_keys=True,
     observation_picture=pictures.view_picture,
     step_record=pictures.step_record,

@@ -302,6 +302,11 @@ def test_with_view_and_full_grid_the_policy_reads_the_view_and_the_module_the_gr
     np.testing.assert_array_equal(module.reward(obs), module.reward(other_view))
     assert not np.allclose(module.reward(obs), module.reward(other_grid))
 
+    # the SND authors' input scale divides by each channel's largest code: the grid's direction (3) too
+    authors = GridConfig(observation="view+full", intrinsic="snd-vic", int_reward="snd", int_first_visit=False)
+    scaled = intrinsic_for_run(SPEC, authors, shape).normalize(obs).numpy()
+    assert scaled.max() == 1.0 and np.isclose(scaled[:, 2].max(), obs[:, 5].max() / 3)
+
     sizes = make_policy(GridConfig(observation="full"), (3, 7, 7), 7).channel_sizes
     codes = np.zeros((4, 3, 7, 7), np.uint8)
     codes[:, 0, 2, 2], codes[:, 2, 2, 2] = 10, np.arange(4)  # the agent facing each of its four ways

@@ -105,7 +105,7 @@ def intrinsic_for_run(spec, cfg, obs_shape):
         max_pairs=cfg.snd_max_pairs,
         target_lr=cfg.target_lr or cfg.intrinsic_lr or cfg.lr,
         target_proportion=cfg.target_proportion,
-        value_max=spec.obs_value_max,
+        value_max=spec.obs_value_max(cfg) if callable(spec.obs_value_max) else spec.obs_value_max,
         num_actions=spec.spaces(cfg)[1],
         authors_scale=cfg.int_reward == "snd",
         distil="current" if authors else "next",

@@ -12,8 +12,8 @@ Conventions
   its ``state_dict``.
 * ``rollout_reward`` returns the *raw* novelty of every transition of a rollout
   (no grad); its default scores s_{t+1} alone with ``reward``, which is all RND and
-  SND need. Modules that need s_t and a_t too (ICM, NovelD) or remember the episode
-  (E3B) override it. Scaling by the running std of the discounted intrinsic return
+  SND need. Modules that need s_t (NovelD), s_t and a_t (ICM) or remember the episode
+  (E3B, E3B x RND) override it. Scaling by the running std of the discounted intrinsic return
   (and the optional first-visit gate) is the trainer's job, because it is the same for
   every module.
 * ``update`` receives one PPO minibatch (see ``common.ppo.buffer.RolloutBuffer``):

@@ -23,7 +23,8 @@ SIMHASH_BITS = 32  # the paper's k ranges 64-512 on Atari; 32 is plenty for a 7x
 
 @register("count")
 class HashCount(IntrinsicModule):
-    """``--intrinsic count``: 1/sqrt(n) for SimHash codes of the last ``input_channels`` channels."""
+    """``--intrinsic count``: 1/sqrt(n + 1), n the visits counted before this rollout, for SimHash codes
+    of the last ``input_channels`` channels."""
 
     summary = "SimHash counts, the worked example"
 

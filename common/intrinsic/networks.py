@@ -1,9 +1,11 @@
 """Convolutional feature networks for RND / SND targets and predictors.
 
-Both games use the RND paper's architecture (which the tutorial copies):
+Mario and Montezuma use the RND paper's architecture (which the tutorial copies):
 three convolutions (32@8x8/4, 64@4x4/2, 64@3x3/1) with LeakyReLU, then a linear
-head. The predictor has two extra ReLU-Linear(512) layers. The game's
-``rnd_model.py`` only picks input channels and the initializer.
+head. The predictor has two extra ReLU-Linear(512) layers. MiniGrid
+(``gridworld/rnd_model.py``) uses three 2x2/1 convolutions (16-32-32) and 128 features.
+Each game's ``rnd_model.py`` picks the input channels and the initializer (MiniGrid's also
+the convolutions, the input side and the feature size).
 
 ``authors_snd_networks`` builds the SND authors' own pair for SND-STD and SND-VIC instead
 (``--snd-network authors``; docs/sources.md, section 4.1).

@@ -10,8 +10,9 @@ RND measures how novel a state is, ``N(s)``: here, as in the NovelD authors' cod
 with alpha = 0.5 (the paper's value on MiniGrid). The agent earns where it steps from the known
 into the less known, the frontier, and nothing for standing in a novel region or walking back
 into the known. The episodic restriction, the indicator, is the paper's "ERIR"; here it is the
-trainer's ``FirstVisitGate`` (observations identified by their exact bytes, one memory per env
-cleared at each episode's end), which NovelD turns on whatever ``--int-first-visit`` says.
+trainer's ``FirstVisitGate`` (observations identified by their exact bytes, or with
+``--first-visit-key state`` by the game's full-state key; one memory per env cleared at each
+episode's end), which NovelD turns on whatever ``--int-first-visit`` says.
 The MiniGrid games already use that gate by default with RND; NovelD is then RND's gated
 reward with N(s_{t+1}) replaced by the clipped difference.
 

@@ -385,9 +385,9 @@ class SNDSTD(_SNDBase):
     """SND-STD: ST-DIM on consecutive (s_t, s_{t+1}) pairs of the minibatch.
 
     Needs ``target.forward_with_map(x) -> (float32[B, D], float32[B, C, H', W'])``
-    (``ConvFeatureNet``: the map after the second convolution). The bilinear forms
-    ``heads.global_local`` (Linear(D, C)) and ``heads.local_local`` (Linear(C, C))
-    are trained with the target. Loss:
+    (``ConvFeatureNet``: the map after the second convolution; the third with
+    ``--snd-network authors``). The bilinear forms ``heads.global_local`` (Linear(D, C)) and
+    ``heads.local_local`` (Linear(C, C)) are trained with the target. Loss:
     ``global_local + local_local + beta1 * std + beta2 * score_sq`` (``stdim_terms``).
 
     The scores are ``[H'*W', N, N]``, quadratic in the number of pairs N, so at most

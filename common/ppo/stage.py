@@ -5,8 +5,8 @@ its ``IntrinsicRewardScale``; ``pay(buffer)`` fills the buffer's intrinsic rewar
 holds and returns the raw novelty (for the logs and pictures). Two conventions (``--int-reward``):
 
 * ``rnd`` (the RND paper): each step is paid for the novelty of the state it led to, s_{t+1} (the true
-  terminal frame where an episode ended; the module's ``rollout_reward``, which NovelD, ICM and E3B
-  override), optionally gated by first visits, divided by the running std of the discounted
+  terminal frame where an episode ended; the module's ``rollout_reward``, which NovelD, ICM, E3B and
+  E3B x RND override), optionally gated by first visits, divided by the running std of the discounted
   intrinsic return; the module's normalizer then sees those frames.
 * ``snd`` (the SND authors' code): the module's normalizer sees each step's state s_t first, then the
   step is paid clip(eta x novelty(s_t), 0, 1), with no normalisation.

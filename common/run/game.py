@@ -44,7 +44,8 @@ class GameSpec:
     #: its envs' infos carry ``prev_state_key`` and ``state_key``, int64 keys of the game's full state
     #: before and after each step (MiniGrid: the whole grid), which ``--first-visit-key state`` counts
     state_keys: bool = False
-    #: the largest raw observation value, one number or one per channel (255 for pixels); sizes SND-V's noise
+    #: the largest raw observation value, one number or one per channel (255 for pixels), or cfg -> that
+    #: (where a flag changes what the channels hold); sizes SND-V's noise and the SND authors' input scale
     obs_value_max: object = 255.0
     #: cfg -> the name of each action (charts/action_share/<name>); None: action indices
     action_names: Callable | None = None
