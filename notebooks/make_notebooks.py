@@ -171,15 +171,16 @@ def zoo_cells(game: str, width: int):
             ## A trained agent from `zoo/` / `zoo/` 中训练好的智能体
 
             `zoo/` holds trained agents: a weights-only file each, loaded through the safe loader, with a card
-            (`zoo/<name>.json`: settings, agent steps, hours on a 2-core CPU, what its greedy episode does). This
-            cell plays the {game} agent's greedy episode with `{game}/play.py` and shows it.
+            (`zoo/<name>.json`: settings, agent steps, hours on a 2-core CPU, what its episode does). This cell
+            plays the {game} agent's episode as its card records it (greedy, or sampled with the card's seed:
+            Montezuma's) with `{game}/play.py` and shows it.
 
             `zoo/` 中是训练好的智能体：每个都是只含权重的文件（经安全加载器读取），并附一张卡片
-            （`zoo/<name>.json`：设置、步数、在 2 核 CPU 上的训练时长、贪心回合的结果）。本单元用
-            `{game}/play.py` 让该智能体贪心地玩一局并播放录像。
+            （`zoo/<name>.json`：设置、步数、在 2 核 CPU 上的训练时长、该回合的结果）。本单元用
+            `{game}/play.py` 按卡片记录的方式（贪心，或如蒙特祖玛按卡片的种子采样）玩一局并播放录像。
         """),
         code(f"""
-            # The zoo agent of this game: its card, then one greedy episode played here, and its video.
+            # The zoo agent of this game: its card, then its card's episode played here, and its video.
             import json
 
             from IPython.display import Video, display
@@ -282,8 +283,8 @@ def mario_notebook():
         md("""
             ## The whole level / 整个关卡
 
-            `mario/level_picture.py` plays the zoo's 1-1 agent through the level and stitches its screens into
-            one picture: each column is the median of the screens that showed it, so Mario and the enemies drop
+            `mario/level_picture.py` plays the zoo's plain-PPO 1-1 agent (`mario-1-1-ppo`, which reaches the flag)
+            through the level and stitches its screens into one picture: each column is the median of the screens that showed it, so Mario and the enemies drop
             out. A column of the picture is an `x_pos`, the unit of every distance in the logs (`eval/x_pos`,
             the `explore/` pictures, docs/mario_no_reward.md).
 
@@ -516,8 +517,8 @@ def snd_notebook():
         md("""
             ## The three modules / 三个 SND 模块
 
-            Built exactly as the trainer builds them (`common.intrinsic.make_intrinsic` with the tutorial's RND
-            networks for Mario), observation normalizer fitted on the batch.
+            Built with the trainer's factory (`common.intrinsic.make_intrinsic`, with the tutorial's RND networks
+            for Mario) and this notebook's learning rate and seed; observation normalizer fitted on the batch.
         """),
         code('''
             import paddle
@@ -755,7 +756,7 @@ def pong_notebook():
                           f"{len(m.get('episode/return', ([], []))[0])} training episodes")
         """),
         md(
-            "## An evaluation episode of the SND agent (what the network sees: the binarized 84x84 frames) / SND 智能体的一局评估（网络看到的画面：二值化的 84x84 帧）"
+            "## An evaluation episode of the SND agent (the emulator's screen; the network sees it gray, cropped and binarized to 84x84) / SND 智能体的一局评估（模拟器画面；网络看到的是其灰度、裁剪、二值化后的 84x84 帧）"
         ),
         code("""
             import glob
