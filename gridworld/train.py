@@ -97,6 +97,10 @@ class GridConfig(TrainConfig):
         super().validate()
         validate_env_id(self.env_id)
         need(1 <= self.frame_stack <= 16, "frame-stack", self.frame_stack, "an integer from 1 to 16")
+        if self.observation != "view":  # the whole grid is padded to the view's 7x7
+            w, h = pictures.grid_size(self.env_id)
+            accepted = f"view for {self.env_id}, whose grid is {w}x{h} (full and view+full show grids up to 7x7)"
+            need(max(w, h) <= VIEW, "observation", self.observation, accepted)
 
 
 def env_factory(cfg: GridConfig, record_path=None):

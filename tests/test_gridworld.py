@@ -239,6 +239,7 @@ def test_full_grid_observations():
     """--observation full: the whole grid with the agent (its direction in the state channel), padded to
     7x7; view+full: the plain view, then that grid; a grid larger than 7x7 and a bad value are refused."""
     from gridworld.env import OBJECT_AGENT, full_grid
+    from gridworld.train import GridConfig
 
     actions = np.random.default_rng(1).integers(0, 3, 40)  # turns and moves: the agent's cell and direction change
     envs = {o: GridEnv("MiniGrid-KeyCorridorS3R3-v0", observation=o) for o in ("view", "full", "view+full")}
@@ -269,6 +270,8 @@ def test_full_grid_observations():
         stacked.close()
     with pytest.raises(ValueError, match="DoorKey-8x8-v0's grid is 8x8"):
         GridEnv("MiniGrid-DoorKey-8x8-v0", observation="full")
+    with pytest.raises(ValueError, match="--observation 'view\\+full' is invalid: expected view for Mini.*8x8"):
+        GridConfig(observation="view+full", env_id="MiniGrid-DoorKey-8x8-v0").validate()
     with pytest.raises(ValueError, match="observation must be one of view, full, view\\+full, got 'grid'"):
         GridEnv(SMALL, observation="grid")
 
