@@ -26,8 +26,10 @@ the checkpoint's own policy (actions sampled, as in training) and a uniformly ra
 for each policy: the share of an episode's paid reward in its first 10 steps, the paid reward per step
 in steps 0-9 and after step 100, the raw reward of a view new to the episode after step 100 over one
 new in steps 0-9, the paid reward per episode, and how often the key is picked up and a locked door
-opened. ``--part episodic`` or ``--part novelty`` scores the same episodes with one factor of an
-E3B x RND run (docs/exploration.md, suite v5).
+opened; then for each policy how many directions its episodes' features fill (``spectrum``: an ellipse
+in features of fewer dimensions than an episode has places cannot pay every new place; suite v6).
+``--part episodic`` or ``--part novelty`` scores the same episodes with one factor of an E3B x RND run
+(docs/exploration.md, suite v5).
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ def play(
     """Episodes of the checkpoint's policy (``policy``; actions sampled) or of a uniformly random one, each
     scored by its intrinsic module: a list of dicts with ``raw`` and ``paid`` float32[L] (raw x the run's
     training gate, before scaling), ``new_view`` bool[L] (the step's view is new to the episode), ``key``
-    (the key was picked up) and ``door`` (a locked door was opened). ``part``: score with that part of a
-    composite module instead (E3B x RND: ``episodic`` or ``novelty``); the episodes are the same."""
+    (the key was picked up), ``door`` (a locked door was opened), ``features`` float32[L+1, D] (the module's
+    features of each observation) and ``places`` (distinct cell and direction pairs). ``part``: score with
+    that part of a composite module instead (E3B x RND: ``episodic`` or ``novelty``); the episodes are the same."""
     import paddle
 
     from common.cpu import unit_floats
@@ -157,6 +160,7 @@ def play(
             obs = env.reset(seed=seed + episode)
             doors = [d for d in env.unwrapped.grid.grid if d is not None and d.type == "door" and d.is_locked]
             stacks, actions, keys, key = [obs], [], [state_key(env.unwrapped) if by_state else 0], False
+            places = {(*env.unwrapped.agent_pos, env.unwrapped.agent_dir)}
             for _ in range(max_steps or env.unwrapped.max_steps):
                 if policy:
                     with paddle.no_grad():
@@ -170,6 +174,7 @@ def play(
                 actions.append(a)
                 keys.append(info.get("state_key", 0))
                 key = key or info["carrying"] == "key"
+                places.add((*env.unwrapped.agent_pos, env.unwrapped.agent_dir))
                 if done:
                     break
             door = any(d.is_open for d in doors)
@@ -186,8 +191,36 @@ def play(
         else:
             gate = np.ones(n, np.float32)
         raw = np.asarray(episode_rewards(module, stacks, np.array(actions)), np.float32)
-        out.append({"raw": raw, "paid": raw * gate, "new_view": new_view, "key": key, "door": door})
+        features, places = module.features(stacks), len(places)
+        out.append(
+            {
+                "raw": raw,
+                "paid": raw * gate,
+                "new_view": new_view,
+                "key": key,
+                "door": door,
+                "features": features,
+                "places": places,
+            }
+        )
     return out
+
+
+def spectrum(episodes: list) -> dict:
+    """How many directions the features of ``play``'s episodes fill: ``participation_ratio`` (of an episode's
+    second moment M = sum of phi phi^T: (tr M)^2 / tr(M^2)), ``dims_90`` (eigen-directions of M holding 90 %
+    of its trace) and ``places`` (distinct cell and direction pairs of the episode), each a mean over episodes."""
+    ratios, dims = [], []
+    for e in episodes:
+        phi = np.asarray(e["features"], np.float64)
+        lam = np.clip(np.linalg.eigvalsh(phi.T @ phi), 0.0, None)[::-1]
+        ratios.append(lam.sum() ** 2 / (lam**2).sum())
+        dims.append(int(np.searchsorted(np.cumsum(lam) / lam.sum(), 0.9)) + 1)
+    return {
+        "participation_ratio": _mean(ratios),
+        "dims_90": _mean(dims),
+        "places": _mean([e["places"] for e in episodes]),
+    }
 
 
 def along(episodes: list, early: int = 10, late: int = 100) -> dict:
@@ -230,9 +263,13 @@ def main(argv=None):
         p.error(f"--episodes {args.episodes} is invalid: expected a positive integer")
     if args.along:
         result = {}
+        features = {}
         for name, policy in (("policy", True), ("random", False)):
-            result[name] = along(play(args.checkpoint, args.episodes, args.seed, policy, part=args.part))
+            episodes = play(args.checkpoint, args.episodes, args.seed, policy, part=args.part)
+            result[name], features[name] = along(episodes), spectrum(episodes)
             print(name, ", ".join(f"{k} {v:.4g}" for k, v in result[name].items()))
+        for name, values in features.items():
+            print(f"{name} features:", ", ".join(f"{k} {v:.3g}" for k, v in values.items()))
         ratio = result["random"]["paid_per_episode"] / result["policy"]["paid_per_episode"]
         print(f"random / policy, paid reward per episode: {ratio:.2f}")
         return result

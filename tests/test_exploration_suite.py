@@ -246,6 +246,12 @@ def test_a_view_and_full_grid_e3b_run_trains_and_the_probe_keys_new_views_on_the
     import bonus_probe
     from short_runs import tiny_grid_run
 
+    # spectrum by hand: k one-hot features fill k directions equally; one feature repeated fills one
+    one_hot = {"features": np.eye(8, 16, dtype=np.float32), "places": 8}
+    repeated = {"features": np.ones((8, 16), np.float32), "places": 2}
+    assert bonus_probe.spectrum([one_hot]) == {"participation_ratio": 8.0, "dims_90": 8.0, "places": 8.0}
+    assert bonus_probe.spectrum([one_hot, repeated]) == {"participation_ratio": 4.5, "dims_90": 4.5, "places": 5.0}
+
     stacks = np.zeros((4, 6, 7, 7), np.uint8)  # views A, A, B, A; grids 0, 1, 2, 3
     stacks[2, :3] = 1
     stacks[:, 3] = np.arange(4)[:, None, None]
@@ -257,4 +263,5 @@ def test_a_view_and_full_grid_e3b_run_trains_and_the_probe_keys_new_views_on_the
     for e in bonus_probe.play(run["checkpoint"], 2, max_steps=30):
         assert e["raw"].shape == e["new_view"].shape and np.isfinite(e["raw"]).all() and (e["raw"] > 0).any()
         assert np.array_equal(e["paid"] > 0, (e["raw"] > 0) & (e["paid"] == e["raw"]))  # gated: raw or nothing
+        assert e["features"].shape == (len(e["raw"]) + 1, 128) and 1 <= e["places"] <= len(e["raw"]) + 1
     assert len(bonus_probe.walk(run["checkpoint"], episodes=1, max_steps=20)["raw"]) == 20
