@@ -60,8 +60,9 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
     """Every step of the random-walk episodes, scored by the checkpoint's intrinsic module.
 
     Returns arrays over all steps: ``action`` int64, ``kind`` str (new / revisit / turn), ``raw`` float32
-    (the module's raw reward), ``gate`` float32 (1 where the step's view is new to the episode: the
-    first-visit gate of training, ``FirstVisitGate``), ``same_view`` bool (the view did not change)."""
+    (the module's raw reward), ``gate`` float32 (1 where the step's observation is new to the episode: the
+    first-visit gate of training, ``FirstVisitGate``, which counts whole observations), ``same_view`` bool
+    (the policy's view did not change)."""
     state, cfg, _ = load_policy(SPEC, checkpoint, "cpu", required=("policy", "intrinsic"))
     module = intrinsic_for_run(SPEC, cfg, SPEC.spaces(cfg)[0])
     module.set_state_dict(state["intrinsic"])  # scoring learns nothing; episode_rewards resets episodic memory
@@ -91,7 +92,8 @@ def walk(checkpoint: str, episodes: int = 20, seed: int = 0, max_steps: int = 0)
         out["kind"] += kinds
         out["raw"] += [float(v) for v in episode_rewards(module, stacks, np.array(actions))]
         out["gate"] += gate[:, 0].tolist()
-        out["same_view"] += [bool(np.array_equal(before, after)) for before, after in zip(stacks[:-1], stacks[1:])]
+        views = stacks[:, : 3 * cfg.frame_stack]  # the policy's (view+full: not the grid after them)
+        out["same_view"] += [bool(np.array_equal(before, after)) for before, after in zip(views[:-1], views[1:])]
     types = {"action": np.int64, "kind": str, "raw": np.float32, "gate": np.float32, "same_view": bool}
     return {k: np.asarray(v, dtype=types[k]) for k, v in out.items()}
 
@@ -214,8 +216,12 @@ def spectrum(episodes: list) -> dict:
     for e in episodes:
         phi = np.asarray(e["features"], np.float64)
         lam = np.clip(np.linalg.eigvalsh(phi.T @ phi), 0.0, None)[::-1]
+        if lam.sum() <= 0:  # features all zero: they fill no direction
+            ratios.append(0.0)
+            dims.append(0)
+            continue
         ratios.append(lam.sum() ** 2 / (lam**2).sum())
-        dims.append(int(np.searchsorted(np.cumsum(lam) / lam.sum(), 0.9)) + 1)
+        dims.append(int(np.searchsorted(np.cumsum(lam) / lam.sum(), 0.9 - 1e-9)) + 1)  # rounding of equal ones
     return {
         "participation_ratio": _mean(ratios),
         "dims_90": _mean(dims),

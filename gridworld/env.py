@@ -10,7 +10,7 @@ Observation: MiniGrid's egocentric 7x7 partial view in its *symbolic* encoding
 uint8 ``[3, 7, 7]`` channels-first, rows top (far) to bottom (the agent's row; the
 agent sits at the bottom centre, facing up). The object it carries is drawn in its
 own cell (MiniGrid's ``gen_obs`` does that), so "has the key" is visible. The
-mission string and the direction are not used. The values are *category codes*,
+mission string and the direction are not used (``full`` below draws the direction). The values are *category codes*,
 not intensities: the trainer scales uint8 by 1/255, and ``gridworld.model`` undoes
 that and one-hot encodes the codes (``CHANNEL_SIZES``).
 

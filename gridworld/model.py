@@ -1,10 +1,11 @@
-"""Actor-critic for MiniGrid's symbolic 7x7 view (contract in ``common/ppo/update.py``).
+"""Actor-critic for MiniGrid's symbolic 7x7 view or whole grid (contract in ``common/ppo/update.py``).
 
 Input scale: the trainer feeds every policy ``uint8 / 255`` (right for pixels).
 MiniGrid's observation holds category codes (object 0-10, colour 0-5, state 0-2),
 so the first thing ``forward`` does is undo that scaling (``round(x * 255)``, exact
 for uint8) and one-hot encode each channel's code: ``[B, 3, 7, 7] -> [B, 20, 7, 7]``
-(11 + 6 + 3 categories, ``gridworld.env.CHANNEL_SIZES``). A code above a channel's
+(11 + 6 + 3 categories, ``gridworld.env.CHANNEL_SIZES``; a whole grid, ``--observation full``, has
+4 states, the agent's directions: ``FULL_CHANNEL_SIZES``, 21 channels). A code above a channel's
 range is clipped to its last category. This keeps ``common/`` unchanged: the
 game's network owns the meaning of its observation.
 
@@ -68,7 +69,8 @@ def _head(out: int, gain: float):
 
 
 class GridPolicy(Net):
-    """x float32[B, 3, 7, 7] in [0, 1] -> (logits [B, A], v_ext [B], v_int [B])."""
+    """x float32[B, C, 7, 7] in [0, 1] -> (logits [B, A], v_ext [B], v_int [B]); it reads the first
+    ``len(channel_sizes)`` channels (3 per stacked view)."""
 
     def __init__(self, num_actions: int, channel_sizes=CHANNEL_SIZES):
         super().__init__()

@@ -3,7 +3,8 @@
 * ``view_picture(obs)``: the agent's 7x7 symbolic view uint8[3, 7, 7] (or the full grid) drawn by MiniGrid's own
   renderer (``Grid.decode`` + ``Grid.render``, as ``MiniGridEnv.get_pov_render`` draws it: the
   agent at the bottom centre facing up, unseen cells dark): the frames of the greedy episode's
-  intrinsic-reward picture, since the env renders RGB only when it records a video.
+  intrinsic-reward picture, since the env renders RGB only when it records a video (with
+  ``--observation view+full`` it draws the grid, the last channels, not the policy's view).
 * ``rollout_picture(cfg, rollout)``: the cells the agent stood on during one rollout, over all
   envs (each env's layout is its own, the grid's size is the task's), as a heat map of visits,
   and beside it the mean scaled intrinsic reward of the steps that ended on each cell.

@@ -57,13 +57,15 @@ class GridConfig(TrainConfig):
     frame_stack: int = arg(
         1,
         "views per observation, the newest last: a memory of the last views for the feed-forward policy "
-        "(the intrinsic module sees --intrinsic-frames channels, the newest view's 3 by default)",
+        "(the intrinsic module sees the last --intrinsic-frames channels: the newest view's 3 by default, the "
+        "grid's with --observation view+full)",
     )
     observation: str = arg(
         "view",
         "what an observation shows: view (the agent's egocentric 7x7 view), full (the whole grid with the agent, "
         "MiniGrid's FullyObsWrapper; grids up to 7x7) or view+full (the policy reads the view, the intrinsic "
-        "module the whole grid: its --intrinsic-frames 3 are the last channels; docs/exploration.md, suite v6)",
+        "module the whole grid: its --intrinsic-frames 3 are the last channels; docs/exploration.md, suite v6). "
+        "With full or view+full the first-visit gate counts whole grids, like --first-visit-key state",
         choices=OBSERVATIONS,
     )
     num_global_steps: int = default(1_000_000)
@@ -140,9 +142,10 @@ def level_name(cfg) -> str:
 
 
 def obs_value_max(cfg) -> tuple:
-    """The largest code of each channel the intrinsic module reads (its last channels): the view's, or with
-    --observation full or view+full the grid's, whose agent cell holds a direction 0-3."""
-    sizes = CHANNEL_SIZES if cfg.observation == "view" else FULL_CHANNEL_SIZES
+    """The largest code of each observation channel: the views' (or with --observation full the grids'), then
+    with view+full the grid's, whose agent cell holds a direction 0-3 (the module takes its last channels)."""
+    sizes = (FULL_CHANNEL_SIZES if cfg.observation == "full" else CHANNEL_SIZES) * cfg.frame_stack
+    sizes += FULL_CHANNEL_SIZES if cfg.observation == "view+full" else ()
     return tuple(float(n - 1) for n in sizes)
 
 

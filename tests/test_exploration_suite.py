@@ -251,6 +251,9 @@ def test_a_view_and_full_grid_e3b_run_trains_and_the_probe_keys_new_views_on_the
     repeated = {"features": np.ones((8, 16), np.float32), "places": 2}
     assert bonus_probe.spectrum([one_hot]) == {"participation_ratio": 8.0, "dims_90": 8.0, "places": 8.0}
     assert bonus_probe.spectrum([one_hot, repeated]) == {"participation_ratio": 4.5, "dims_90": 4.5, "places": 5.0}
+    ten = {"features": np.eye(10, 16, dtype=np.float32) * 0.1, "places": 10}  # 0.9 of the trace in exactly 9
+    zero = {"features": np.zeros((4, 16), np.float32), "places": 1}
+    assert bonus_probe.spectrum([ten])["dims_90"] == 9 and bonus_probe.spectrum([zero])["participation_ratio"] == 0
 
     stacks = np.zeros((4, 6, 7, 7), np.uint8)  # views A, A, B, A; grids 0, 1, 2, 3
     stacks[2, :3] = 1

@@ -310,6 +310,12 @@ def test_with_view_and_full_grid_the_policy_reads_the_view_and_the_module_the_gr
     scaled = intrinsic_for_run(SPEC, authors, shape).normalize(obs).numpy()
     assert scaled.max() == 1.0 and np.isclose(scaled[:, 2].max(), obs[:, 5].max() / 3)
 
+    # one largest code per observation channel, the grid's last (the module takes its last channels)
+    from gridworld.train import obs_value_max
+
+    assert obs_value_max(GridConfig()) == (10.0, 5.0, 2.0)
+    assert obs_value_max(GridConfig(observation="view+full", frame_stack=2)) == (10.0, 5.0, 2.0) * 2 + (10.0, 5.0, 3.0)
+
     sizes = make_policy(GridConfig(observation="full"), (3, 7, 7), 7).channel_sizes
     codes = np.zeros((4, 3, 7, 7), np.uint8)
     codes[:, 0, 2, 2], codes[:, 2, 2, 2] = 10, np.arange(4)  # the agent facing each of its four ways
