@@ -227,7 +227,12 @@ def test_same_seed_repeats_exactly(tmp_path):
         runs.append(params(t.policy) + params(t.intrinsic.predictor))
     for pa, pb in zip(*runs):
         np.testing.assert_array_equal(pa, pb)
-    assert cfgs[1].changed_since(json.loads(json.dumps(cfgs[0].to_dict()))) == []
+    saved = json.loads(json.dumps(cfgs[0].to_dict()))
+    assert cfgs[1].changed_since(saved) == []
+    # a checkpoint older than a flag: its absence is no change while the run keeps the default
+    older = {k: v for k, v in saved.items() if k not in ("ext_coef", "beta")}
+    assert cfgs[1].changed_since(older) == []
+    assert dataclasses.replace(cfgs[1], beta=0.5).changed_since(older) == ["--beta '(none)' -> 0.5"]
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(tmp_path):

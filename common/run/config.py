@@ -215,11 +215,15 @@ class RunConfig:
 
     def changed_since(self, saved: dict) -> list[str]:
         """``"--flag old -> new"`` for each setting outside ``HOW_NOT_WHAT`` whose value differs from
-        ``saved`` (the config a checkpoint holds); a setting that only one of them has is listed too."""
+        ``saved`` (the config a checkpoint holds); a setting that only one of them has is listed too, unless
+        ``saved`` lacks it and this run keeps its default (a flag added since, at the behaviour it names)."""
         now = json.loads(json.dumps(self.to_dict()))  # tuples as the saved config's lists
+        defaults = json.loads(json.dumps(type(self)().to_dict()))
         changes = []
         for name in sorted(set(now) | set(saved)):
             old, new = saved.get(name, "(none)"), now.get(name, "(none)")
+            if name not in saved and name in defaults and new == defaults[name]:
+                continue
             if name not in self.HOW_NOT_WHAT and old != new:
                 changes.append(f"--{flag_name(name)} {old!r} -> {new!r}")
         return changes
