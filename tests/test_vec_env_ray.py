@@ -34,6 +34,7 @@ def local_ray():
     """A local Ray instance for this module (the actors import tests/vec_env_helpers.py)."""
     path = os.pathsep.join([ROOT, TESTS])
     ray.init(
+        address="local",  # a new instance even where the machine runs a cluster (Ray would join it)
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -64,9 +64,9 @@ def require_ray():
 
 
 def connect(address: str = "") -> bool:
-    """Join the Ray cluster at ``address`` ("auto", "HOST:PORT"), or start a local Ray instance when it
-    is empty; nothing when this process is already connected. Returns True when this call connected
-    (the caller then disconnects with ``ray.shutdown()`` when done)."""
+    """Join the Ray cluster at ``address`` ("auto", "HOST:PORT"), or start a new local Ray instance when
+    it is empty (even where a cluster already runs on this machine); nothing when this process is already
+    connected. Returns True when this call connected (the caller then disconnects with ``ray.shutdown()``)."""
     ray = require_ray()
     if ray.is_initialized():
         return False
@@ -76,7 +76,10 @@ def connect(address: str = "") -> bool:
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        # "local" always starts a new instance: with no address Ray would join the cluster a `ray start` left
+        # on this machine (and then refuse num_cpus)
+        kwargs = {"num_cpus": os.cpu_count() or 1, "include_dashboard": False}
+        ray.init(address="local", runtime_env=runtime_env, log_to_driver=False, **kwargs)
     return True
 
 

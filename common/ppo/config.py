@@ -115,7 +115,7 @@ class TrainConfig(RunConfig):
     ray_address: str = arg(
         "",
         "with --vec-env ray: the Ray cluster to join (auto: the one started on this machine with ray start; "
-        "HOST:PORT: a head node); empty: start a local Ray instance for this run",
+        "HOST:PORT: a head node); empty: start a new local Ray instance for this run, even beside a cluster",
     )
 
     # --- PPO ------------------------------------------------------------------------------
