@@ -147,6 +147,8 @@ METHODS = {
         "E3B on the whole grid, no gate",
         ["--intrinsic", "e3b", "--observation", "view+full", "--no-int-first-visit"],
     ),
+    # suite v7: a feature direction for every view, i.e. an episodic count (Henaff et al. 2023's baseline)
+    "episodic-count": ("Episodic count of views, no gate", ["--intrinsic", "episodic-count", "--no-int-first-visit"]),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -180,6 +182,8 @@ PLAN = (
     ("keycorridor3", ("e3b-rnd",), 3),
     # suite v6 (docs/exploration.md, "Suite v6"), fixed 2026-12-07 before any of its runs
     ("keycorridor3", ("e3b-places",), 3),
+    # suite v7 (docs/exploration.md, "Suite v7"), fixed 2026-12-07 before any of its runs
+    ("keycorridor3", ("episodic-count",), 3),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames

@@ -220,6 +220,44 @@ def test_e3b_rollout_reward_keeps_each_episode_and_restarts_it_at_its_end():
         m.rollout_reward(obs[:, :2], next_obs[:, :2], actions[:, :2], dones[:, :2])
 
 
+def test_episodic_count_pays_one_over_the_root_of_the_visits_in_the_episode():
+    from common.intrinsic.episodic_count import EpisodicCount
+
+    m = module("episodic-count")
+    a, b, c = (np.full(SHAPE, v, np.uint8) for v in (1, 2, 3))
+    # env 0: a b a a b (its episode began at a); env 1: ends at step 2 (terminal b), the next begins at c
+    obs = np.stack([np.stack(pair) for pair in [(a, a), (b, b), (a, a), (c, c), (a, a), (b, b)]])
+    next_obs = obs[1:].copy()
+    next_obs[2, 1] = b  # env 1's terminal frame: the reset frame obs[3, 1] = c is the next episode's first
+    dones = np.zeros((5, 2), np.float32)
+    dones[2, 1] = 1
+    got = m.rollout_reward(obs, next_obs, np.zeros((5, 2), np.int64), dones)
+    # env 0 visits b a c a b after a: a's 2nd and 3rd visits, b's 1st and 2nd
+    np.testing.assert_allclose(got[:, 0], 1 / np.sqrt([1, 2, 1, 3, 2]), rtol=1e-6)
+    # env 1: b (1st), a (2nd, a began it), b (2nd, the terminal frame); then c began a new episode: a, b new
+    np.testing.assert_allclose(got[:, 1], 1 / np.sqrt([1, 2, 2, 1, 1]), rtol=1e-6)
+    # the next rollout continues each episode; reset_episodes forgets them
+    continued = m.rollout_reward(obs[-2:], next_obs[-1:], np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32))
+    np.testing.assert_allclose(continued[0], 1 / np.sqrt([3, 2]), rtol=1e-6)
+    m.reset_episodes()
+    fresh = m.rollout_reward(obs[-2:], next_obs[-1:], np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32))
+    np.testing.assert_allclose(fresh[0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="2 envs"):
+        m.rollout_reward(obs[:, :1], next_obs[:, :1], np.zeros((5, 1), np.int64), dones[:, :1])
+    with pytest.raises(TypeError, match="rollout_reward"):
+        m.reward(obs[0])
+    # only the counted (last) channels make the state: frames that differ in an earlier one are one state
+    last = EpisodicCount(SHAPE, input_channels=1)
+    other_a = a.copy()
+    other_a[0] = 9
+    pair = np.stack([a, other_a])[:, None]  # one env: a, then a frame equal to it in its last channel
+    np.testing.assert_allclose(
+        last.rollout_reward(pair, pair[1:], np.zeros((1, 1), np.int64), dones[:1, :1]), [[0.5**0.5]]
+    )
+    with pytest.raises(ValueError, match="input_channels"):
+        EpisodicCount(SHAPE, input_channels=4)
+
+
 # ------------------------------------------------------------------ E3B x RND
 def test_e3b_rnd_pays_the_product_of_e3b_and_rnd_and_trains_both():
     m = module("e3b-rnd", num_actions=ACTIONS)
@@ -313,7 +351,7 @@ LOSS_TAG = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "e3b-rnd", "count"])
+@pytest.mark.parametrize("name", ["noveld", "icm", "e3b", "e3b-rnd", "count", "episodic-count"])
 def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
     import os
 

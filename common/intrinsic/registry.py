@@ -26,6 +26,7 @@ BUILTIN = (
     "common.intrinsic.e3b",
     "common.intrinsic.e3b_rnd",
     "common.intrinsic.counts",
+    "common.intrinsic.episodic_count",
 )
 _REGISTRY: dict[str, type] = {}
 
