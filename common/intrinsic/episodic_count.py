@@ -11,12 +11,17 @@ becomes when every state has a feature direction of its own (E3B on one-hot feat
 ``1 / (ridge + visits before)``: the same order of states, a steeper fall). The project uses it to ask
 whether E3B's failure on MiniGrid lies in its learned features (docs/exploration.md).
 
-The memory is one ``dict[bytes, int]`` per env, reset when the env's episode ends; the episode's first
-observation counts as visited without a bonus (as E3B and the first-visit gate count it). It is episodic
+The memory is one ``dict[bytes, int]`` per env, keyed by an 8-byte BLAKE2b digest of the state (so that
+an Atari episode of thousands of 84x84 frames holds kilobytes, not megabytes, per env; two states of
+one episode share a digest with odds of about n^2 / 2^65), reset when the env's episode ends; the
+episode's first observation counts as visited without a bonus (as E3B and the first-visit gate count
+it). It is episodic
 state, not learned state: not checkpointed (a resumed run starts new episodes), as E3B's.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -44,8 +49,8 @@ class EpisodicCount(IntrinsicModule):
         self.counts: list[dict[bytes, int]] | None = None  # one per env, built at the first rollout
 
     def key(self, frame: np.ndarray) -> bytes:
-        """The state of one uint8[C, H, W] observation: the bytes of its last ``input_channels`` channels."""
-        return np.ascontiguousarray(frame[-self.input_channels :]).tobytes()
+        """The state of one uint8[C, H, W] observation: a digest of its last ``input_channels`` channels."""
+        return hashlib.blake2b(np.ascontiguousarray(frame[-self.input_channels :]), digest_size=8).digest()
 
     def reset_episodes(self) -> None:
         self.counts = None
