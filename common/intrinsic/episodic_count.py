@@ -2,7 +2,8 @@
 this one included (so a first visit pays 1, a second 0.71, ...). States are the exact bytes of the
 module's input channels: on MiniGrid the agent's view, or with ``--observation view+full`` the whole
 grid with the agent. Nothing is learned and nothing generalises: two views that differ in one cell are
-two states.
+two states. Under the trainer's first-visit gate (MiniGrid's default) it pays first visits only, the
+gate's own 0/1 signal; ``--no-int-first-visit`` lets revisits pay their 1/sqrt(n).
 
 This is the count baseline of Henaff, Jiang and Raileanu 2023 ("A Study of Global and Episodic Bonuses
 for Exploration in Contextual MDPs", arXiv 2306.03236; their code: facebookresearch/e3b,
