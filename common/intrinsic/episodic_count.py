@@ -13,11 +13,11 @@ becomes when every state has a feature direction of its own (E3B on one-hot feat
 whether E3B's failure on MiniGrid lies in its learned features (docs/exploration.md).
 
 The memory is one ``dict[bytes, int]`` per env, keyed by an 8-byte BLAKE2b digest of the state (so that
-an Atari episode of thousands of 84x84 frames holds kilobytes, not megabytes, per env; two states of
-one episode share a digest with odds of about n^2 / 2^65), reset when the env's episode ends; the
-episode's first observation counts as visited without a bonus (as E3B and the first-visit gate count
-it). It is episodic
-state, not learned state: not checkpointed (a resumed run starts new episodes), as E3B's.
+an Atari episode of thousands of 84x84 frames holds kilobytes, not megabytes, per env; two of an
+episode's n states share a digest with odds of about n^2 / 2^65), reset when the env's episode ends.
+The episode's first observation counts as visited without a bonus (as E3B and the first-visit gate
+count it). The memory is episodic state, not learned state: not checkpointed (a resumed run starts new
+episodes), as E3B's.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ class EpisodicCount(IntrinsicModule):
             for i in range(N):
                 seen = self.counts[i]
                 key = self.key(next_obs[t, i])
-                seen[key] = seen.get(key, 0) + 1
-                bonus[t, i] = 1.0 / np.sqrt(seen[key])
+                seen[key] = n = seen.get(key, 0) + 1
+                bonus[t, i] = 1.0 / np.sqrt(n)
                 if dones[t, i]:  # obs[t+1, i] is the next episode's first observation
                     self.counts[i] = {self.key(obs[t + 1, i]): 1}
         return bonus
