@@ -392,7 +392,14 @@ def test_gridworld_trains_resumes_and_plots_each_module(tmp_path, name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "game,name", [("mario", "icm"), ("mario", "e3b"), ("montezuma", "noveld"), ("montezuma", "icm")]
+    "game,name",
+    [
+        ("mario", "icm"),
+        ("mario", "e3b"),
+        ("montezuma", "noveld"),
+        ("montezuma", "icm"),
+        ("montezuma", "episodic-count"),
+    ],
 )
 def test_atari_like_games_train_with_the_new_modules(tmp_path, game, name):
     from common.ppo.trainer import Trainer
@@ -413,7 +420,8 @@ def test_atari_like_games_train_with_the_new_modules(tmp_path, game, name):
     result = Trainer(spec, cfg).train()
     assert result["update"] == 2 and result["checkpoint"]
     metrics = read_metrics(result["run_dir"])
-    assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1]))
+    if name in LOSS_TAG:  # the episodic count learns nothing
+        assert np.all(np.isfinite(metrics[LOSS_TAG[name]][1]))
     assert np.all(np.isfinite(metrics["intrinsic/raw_reward_mean"][1]))
 
 
