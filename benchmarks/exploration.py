@@ -149,6 +149,8 @@ METHODS = {
     ),
     # suite v7: a feature direction for every view, i.e. an episodic count (Henaff et al. 2023's baseline)
     "episodic-count": ("Episodic count of views, no gate", ["--intrinsic", "episodic-count", "--no-int-first-visit"]),
+    # suite v8: E3B on its encoder's initial random weights (never trained)
+    "e3b-fixed": ("E3B on a fixed random encoder, no gate", ["--intrinsic", "e3b-fixed", "--no-int-first-visit"]),
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
@@ -184,6 +186,8 @@ PLAN = (
     ("keycorridor3", ("e3b-places",), 3),
     # suite v7 (docs/exploration.md, "Suite v7"), fixed 2026-12-07 before any of its runs
     ("keycorridor3", ("episodic-count",), 3),
+    # suite v8 (docs/exploration.md, "Suite v8"), fixed 2026-12-07 before any of its runs
+    ("keycorridor3", ("e3b-fixed",), 3),
 )
 
 FINAL_WINDOW = 0.1  # "at the budget": episodes that ended in the last 10 % of the frames

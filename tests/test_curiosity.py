@@ -258,6 +258,22 @@ def test_episodic_count_pays_one_over_the_root_of_the_visits_in_the_episode():
         EpisodicCount(SHAPE, input_channels=4)
 
 
+def test_e3b_fixed_pays_e3b_s_bonus_and_never_trains_its_encoder():
+    obs, next_obs, actions, dones = rollout()
+    paddle.seed(0)
+    fixed = module("e3b-fixed", num_actions=ACTIONS)
+    paddle.seed(0)  # the same initial encoder
+    e3b = module("e3b", num_actions=ACTIONS)
+    for m in (fixed, e3b):
+        m.observe(obs.reshape(-1, *SHAPE))
+    np.testing.assert_allclose(  # the same initial encoder pays the same bonus
+        fixed.rollout_reward(obs, next_obs, actions, dones), e3b.rollout_reward(obs, next_obs, actions, dones)
+    )
+    before = [p.numpy().copy() for p in fixed.nets.parameters()]
+    assert fixed.update(minibatch(obs, next_obs, actions, dones)) == {}
+    assert all(np.array_equal(p.numpy(), b) for p, b in zip(fixed.nets.parameters(), before))
+
+
 # ------------------------------------------------------------------ E3B x RND
 def test_e3b_rnd_pays_the_product_of_e3b_and_rnd_and_trains_both():
     m = module("e3b-rnd", num_actions=ACTIONS)

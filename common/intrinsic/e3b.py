@@ -88,3 +88,15 @@ class E3B(InverseDynamicsModule):
             for i in np.flatnonzero(dones[t]):  # obs[t+1, i] is the next episode's first observation
                 self.memory.restart(int(i), phi[t + 1, i])
         return bonus
+
+
+@register("e3b-fixed")
+class E3BFixed(E3B):
+    """E3B's bonus in the features of its encoder's initial random weights, which never train (the
+    inverse model is built but not used). An ablation: it asks whether training by inverse dynamics is
+    what makes E3B's bonus fall within an episode on MiniGrid (docs/exploration.md, suite v8). No losses."""
+
+    summary = "E3B's elliptical bonus on a fixed random encoder (an ablation)"
+
+    def update(self, batch: dict) -> dict:
+        return {}  # the encoder keeps its initial weights; only the input normaliser moves (observe)
