@@ -126,6 +126,11 @@ class IntrinsicModule:
     def set_state_dict(self, state: dict) -> None:
         raise NotImplementedError
 
+    def check_state(self, state: dict) -> None:
+        """Refuse ``state``, a checkpoint's intrinsic entry, unless this kind of module saved it (its ``name``)."""
+        if state.get("name") != self.name:
+            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
+
 
 @register("none")
 class NoIntrinsic(IntrinsicModule):
@@ -193,8 +198,7 @@ def load_distillation_state(module, state: dict) -> None:
     caller restores the rest (optimizers, normalizers)."""
     from common.run.checkpoint import load_weights
 
-    if state.get("name") != module.name:
-        raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {module.name!r}")
+    module.check_state(state)
     load_weights(module.target, state["target"], "intrinsic/target")
     load_weights(module.predictor, state["predictor"], "intrinsic/predictor")
     module.rng.bit_generator.state = state["rng"]

@@ -73,8 +73,7 @@ class HashCount(IntrinsicModule):
         }
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
+        self.check_state(state)
         projection = np.asarray(state["projection"], np.float32)
         if projection.shape != self.projection.shape:
             raise ValueError(f"count: projection of shape {projection.shape}, this run's is {self.projection.shape}")

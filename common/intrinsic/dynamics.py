@@ -176,8 +176,7 @@ class InverseDynamicsModule(NormalizedInputModule):
         }
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
+        self.check_state(state)
         load_weights(self.nets, state["nets"], f"intrinsic/{self.name}")
         if state["opt"]:
             set_optimizer_state(self.opt, state["opt"])

@@ -101,7 +101,6 @@ class E3BxRND(IntrinsicModule):
         return {"name": self.name, "episodic": self.episodic.state_dict(), "novelty": self.novelty.state_dict()}
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
+        self.check_state(state)
         self.episodic.set_state_dict(state["episodic"])
         self.novelty.set_state_dict(state["novelty"])

@@ -92,5 +92,4 @@ class EpisodicCount(IntrinsicModule):
         return {"name": self.name}  # the memory is episodic, not checkpointed (the module docstring)
 
     def set_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise ValueError(f"checkpoint holds intrinsic module {state.get('name')!r}, this run uses {self.name!r}")
+        self.check_state(state)
