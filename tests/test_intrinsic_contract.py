@@ -146,7 +146,7 @@ def test_every_module_keeps_the_contract(name):
     saved = tensorfile.loads(tensorfile.dumps({"state": module.state_dict()}))["state"]
     twin = build(name, seed=5)
     twin.set_state_dict(saved)
-    module.reset_episodes()  # an episodic memory (E3B's) is not state: a resumed run starts new episodes
+    module.reset_episodes()  # an episodic memory (E3B's) is not state: it starts empty after a resume
     ahead = exercise(module, seed=1)
     again = exercise(twin, seed=1)
     np.testing.assert_allclose(again[0], ahead[0], rtol=1e-5, atol=1e-6)

@@ -16,8 +16,8 @@ The memory is one ``dict[bytes, int]`` per env, keyed by an 8-byte BLAKE2b diges
 an Atari episode of thousands of 84x84 frames holds kilobytes, not megabytes, per env; two of an
 episode's n states share a digest with odds of about n^2 / 2^65), reset when the env's episode ends.
 The episode's first observation counts as visited without a bonus (as E3B and the first-visit gate
-count it). The memory is episodic state, not learned state: not checkpointed (a resumed run starts new
-episodes), as E3B's.
+count it). The memory is episodic state, not learned state: not checkpointed, as E3B's (a resumed run
+continues its episodes, but this memory of them starts empty, so their revisits are paid once more).
 """
 
 from __future__ import annotations

@@ -206,7 +206,8 @@ class RolloutBuffer:
         Keys: obs, next_obs uint8[B, *obs_shape]; actions int64[B]; log_probs,
         advantages, ret_ext, ret_int, dones float32[B]. ``next_obs`` is s_{t+1} with the
         true terminal frame where the episode ended at t (the frame that was scored), so
-        ``(obs, next_obs)`` is a consecutive pair only where ``dones == 0``.
+        ``(obs, next_obs)`` is a consecutive pair at every step, except where a restarted worker cut
+        an episode (no terminal frame: ``next_obs`` is then the new episode's first frame).
         """
         T, N = self.num_steps, self.num_envs
         total = T * N
