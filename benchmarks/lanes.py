@@ -826,15 +826,25 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     ``--report-onyl``, is refused before anything runs), and, unless they are ``HOW_NOT_WHAT``, only with an
     ``--out``, ``--results`` and ``--state`` of their own. Returns 1 when a run failed, else 0. A suite adds
     flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
-    before its report is written."""
+    before its report is written. A suite with ``QUICK = (runs, trainer flags)`` and ``PAGE`` (its report's
+    file in ``DOCS``) also offers ``--quick``: those runs with those flags, and their summaries, state and
+    report (on a copy of the page) in a scratch folder, ``<OUT>-quick`` unless ``--out`` names one."""
     import argparse
 
     p = argparse.ArgumentParser(description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", default="", help=f"comma-separated {suite.RUN_FORMAT} (default: the whole plan)")
     p.add_argument("--lanes", type=int, default=1, choices=(1, 2), help="runs at a time (2: one thread each)")
-    p.add_argument("--out", default=suite.OUT, help="parent folder of the runs")
-    p.add_argument("--results", default=suite.RESULTS, help="folder of the runs' summaries")
-    p.add_argument("--docs", default=suite.DOCS, help="folder of the report")
+    quick = getattr(suite, "QUICK", None)
+    if quick is not None:
+        p.add_argument(
+            "--quick",
+            action="store_true",
+            help=f"a check of the whole pipeline in minutes: runs {quick[0]} with {' '.join(quick[1])}; runs, "
+            "summaries, state and report in a scratch folder (--out, default: the plan's folder + '-quick')",
+        )
+    p.add_argument("--out", default=None, help=f"parent folder of the runs (default: {suite.OUT})")
+    p.add_argument("--results", default=None, help=f"folder of the runs' summaries (default: {suite.RESULTS})")
+    p.add_argument("--docs", default=None, help=f"folder of the report (default: {suite.DOCS})")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
     p.add_argument(
         "--status", action="store_true", help="print each summary's status and the planned runs still to do, and stop"
@@ -842,12 +852,24 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
     p.add_argument(
         "--state",
-        default=suite.LANE_STATE,
-        help="folder of packed resume state (restored where no newer checkpoint is)",
+        default=None,
+        help=f"folder of packed resume state, restored where no newer checkpoint is (default: {suite.LANE_STATE})",
     )
     if add_arguments is not None:
         add_arguments(p)
     args, extra = p.parse_known_args(argv)
+    if getattr(args, "quick", False):
+        args.runs, extra = args.runs or quick[0], [*quick[1], *extra]
+        args.out = args.out or suite.OUT + "-quick"
+        os.makedirs(args.out, exist_ok=True)
+        args.results = args.results or os.path.join(args.out, "results")
+        args.state = args.state or os.path.join(args.out, "state")
+        args.docs = args.docs or args.out
+        page = os.path.join(args.docs, suite.PAGE)
+        if not os.path.exists(page):  # the report's markers are the committed page's
+            shutil.copy(os.path.join(suite.DOCS, suite.PAGE), page)
+    args.out, args.results = args.out or suite.OUT, args.results or suite.RESULTS
+    args.docs, args.state = args.docs or suite.DOCS, args.state or suite.LANE_STATE
     if extra:
         check_trainer_flags(p, suite.TRAINER, extra)
         changing = [f for f in extra if f.startswith("--") and f.split("=")[0] not in HOW_NOT_WHAT]
@@ -873,8 +895,13 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     if args.status:
         for s in suite.RUNS.load(args.results):
             # an unfinished run's summary says when it was written: a recent "running" is a lane at work
-            when = f" (summary of {s['updated']})" if s.get("updated") and s["status"] in ("running", "stopped") else ""
-            print(f"{suite.RUNS.name_of(s)}: {s['status']}{when}, {suite.describe(s)}")
+            when = (
+                f" (summary of {s['updated']})"
+                if s.get("updated") and s.get("status") in ("running", "stopped")
+                else ""
+            )
+            status = s.get("status", "finished")  # (the oldest summaries of a suite that wrote only finished ones)
+            print(f"{suite.RUNS.name_of(s)}: {status}{when}, {suite.describe(s)}")
         todo = [run.name for run in plan if not run.done()]
         print("to do, in order:", ", ".join(todo) if todo else "nothing: every planned run has finished")
         return 0
