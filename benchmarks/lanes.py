@@ -820,15 +820,16 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     """The command line of a long-run suite: run its plan (resumable), ``--report-only``, ``--status``,
     ``--pack-state``. ``suite`` is the suite's module: ``__doc__``, ``PLAN``, ``RUN_FORMAT`` (what
     ``--runs`` takes), ``parse_runs(text)``, ``RUNS`` (its ``Runs``), ``describe(summary)``,
-    ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` and
-    ``TRAINER``, its runs' train script. Flags it does not know go to the trainer of every run (checks, e.g.
-    a small budget), once the trainer's parser has accepted them (a misspelt flag of the suite's own,
-    ``--report-onyl``, is refused before anything runs), and, unless they are ``HOW_NOT_WHAT``, only with an
-    ``--out``, ``--results`` and ``--state`` of their own. Returns 1 when a run failed, else 0. A suite adds
-    flags of its own with ``add_arguments(parser)`` and acts on them in ``before_report(args)``, called
-    before its report is written. A suite with ``QUICK = (runs, trainer flags)`` and ``PAGE`` (its report's
-    file in ``DOCS``) also offers ``--quick``: those runs with those flags, and their summaries, state and
-    report (on a copy of the page) in a scratch folder, ``<OUT>-quick`` unless ``--out`` names one."""
+    ``write_report(results, docs)``, the folders ``OUT``, ``RESULTS``, ``DOCS``, ``LANE_STATE`` (None: its
+    runs are never packed), ``PAGE`` (its report's file in ``DOCS``: a ``--docs`` folder without one starts
+    from a copy) and ``TRAINER``, its runs' train script. Flags it does not know go to the trainer
+    of every run (checks, e.g. a small budget), once the trainer's parser has accepted them (a misspelt flag
+    of the suite's own, ``--report-onyl``, is refused before anything runs), and, unless they are
+    ``HOW_NOT_WHAT``, only with an ``--out``, ``--results`` and ``--state`` of their own. Returns 1 when a run
+    failed, else 0. A suite adds flags of its own with ``add_arguments(parser)`` and acts on them in
+    ``before_report(args)``, called before its report is written. A suite with ``QUICK = (runs, trainer
+    flags)`` also offers ``--quick``: those runs with those flags, and their summaries, state and report in a
+    scratch folder, ``<OUT>-quick`` unless ``--out`` names one."""
     import argparse
 
     p = argparse.ArgumentParser(description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -844,7 +845,11 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         )
     p.add_argument("--out", default=None, help=f"parent folder of the runs (default: {suite.OUT})")
     p.add_argument("--results", default=None, help=f"folder of the runs' summaries (default: {suite.RESULTS})")
-    p.add_argument("--docs", default=None, help=f"folder of the report (default: {suite.DOCS})")
+    p.add_argument(
+        "--docs",
+        default=None,
+        help=f"folder of the report's page, {suite.PAGE} (default: {suite.DOCS}; elsewhere it starts as a copy)",
+    )
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the summaries alone")
     p.add_argument(
         "--status", action="store_true", help="print each summary's status and the planned runs still to do, and stop"
@@ -853,7 +858,9 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     p.add_argument(
         "--state",
         default=None,
-        help=f"folder of packed resume state, restored where no newer checkpoint is (default: {suite.LANE_STATE})",
+        help=f"folder of packed resume state, restored where no newer checkpoint is (default: {suite.LANE_STATE})"
+        if suite.LANE_STATE
+        else "(not used: this suite's runs are not packed)",
     )
     if add_arguments is not None:
         add_arguments(p)
@@ -863,17 +870,17 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         args.out = args.out or suite.OUT + "-quick"
         os.makedirs(args.out, exist_ok=True)
         args.results = args.results or os.path.join(args.out, "results")
-        args.state = args.state or os.path.join(args.out, "state")
+        args.state = args.state or (os.path.join(args.out, "state") if suite.LANE_STATE else None)
         args.docs = args.docs or args.out
-        page = os.path.join(args.docs, suite.PAGE)
-        if not os.path.exists(page):  # the report's markers are the committed page's
-            shutil.copy(os.path.join(suite.DOCS, suite.PAGE), page)
     args.out, args.results = args.out or suite.OUT, args.results or suite.RESULTS
     args.docs, args.state = args.docs or suite.DOCS, args.state or suite.LANE_STATE
+    if args.pack_state and args.state is None:
+        p.error("--pack-state: this suite's runs are not packed (see its docstring)")
     if extra:
         check_trainer_flags(p, suite.TRAINER, extra)
         changing = [f for f in extra if f.startswith("--") and f.split("=")[0] not in HOW_NOT_WHAT]
-        plans = [(args.out, suite.OUT), (args.results, suite.RESULTS), (args.state, suite.LANE_STATE)]
+        plans = [(args.out, suite.OUT), (args.results, suite.RESULTS)]
+        plans += [(args.state, suite.LANE_STATE)] if suite.LANE_STATE and args.state else []
         if changing and not (args.report_only or args.status) and any(_same(a, b) for a, b in plans):
             # e.g. a small budget: resumed from the plan's own checkpoints or packs it would end them, and
             # its summaries would mark the plan's runs finished
@@ -885,6 +892,10 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         p.error(f"--results {args.results!r} is not a folder: expected the folder of the runs' summaries")
     if not (args.status or args.pack_state) and not os.path.isdir(args.docs):
         p.error(f"--docs {args.docs!r} is not a folder: expected the folder of the report's page")
+    page = os.path.join(args.docs, suite.PAGE)
+    if not (args.status or args.pack_state or os.path.exists(page)):  # the report's markers: the committed page's
+        shutil.copy(os.path.join(suite.DOCS, suite.PAGE), page)
+        print(f"{page}: started from a copy of {os.path.join(suite.DOCS, suite.PAGE)}")
     carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
     plan = suite.RUNS.planned(
         suite.parse_runs(args.runs) if args.runs else suite.PLAN, args.out, args.results, args.lanes, extra

@@ -60,6 +60,7 @@ RESULTS = os.path.join(ROOT, "docs", "results", "mario_flag")
 #: unfinished runs' resume state, committed so that a run outlives the machine it ran on (``--pack-state``)
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_flag")
 DOCS = os.path.join(ROOT, "docs")
+PAGE = "mario_learning.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "mario_flag")
 RUN_FORMAT = "LEVEL:METHOD:SEED"
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
@@ -269,9 +270,7 @@ def plot(summaries, path):
 def write_report(results, docs):
     alt = "greedy x_pos, training x_pos and flag rate"
     summaries = RUNS.load(results)
-    return lanes.write_suite_report(
-        docs, "mario_learning.md", "mario_learning.png", alt, summaries, markdown, plot, START, END
-    )
+    return lanes.write_suite_report(docs, PAGE, "mario_learning.png", alt, summaries, markdown, plot, START, END)
 
 
 def parse_runs(text):

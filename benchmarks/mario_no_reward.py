@@ -75,6 +75,7 @@ ICM_PAPER = "711 +- 59 (about 30 % of 1-1; stops at a pit at 38 %)"
 RESULTS = os.path.join(ROOT, "docs", "results", "mario_no_reward")
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "mario_no_reward")
 DOCS = os.path.join(ROOT, "docs")
+PAGE = "mario_no_reward.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "mario_no_reward")
 RUN_FORMAT = "METHOD:SEED"
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
@@ -304,7 +305,7 @@ def write_report(results, docs, with_level=True):
     level = level_strip(1, 1) if with_level else None
     return lanes.write_suite_report(
         docs,
-        "mario_no_reward.md",
+        PAGE,
         "mario_no_reward.png",
         alt,
         summaries,

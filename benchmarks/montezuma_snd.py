@@ -112,6 +112,7 @@ SCORE_MARK = 400  # the key (100) and a door (300): the score of leaving the fir
 RESULTS = os.path.join(ROOT, "docs", "results", "montezuma_snd")
 LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "montezuma_snd")
 DOCS = os.path.join(ROOT, "docs")
+PAGE = "montezuma.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "montezuma_snd")
 RUN_FORMAT = "METHOD:SEED"
 TRAINER = "montezuma/train.py"  # every run's train script (it also checks the flags the suite passes on)
@@ -411,7 +412,7 @@ def write_report(results, docs):
     def block(summaries):
         return markdown(summaries) + heatmap_markdown(summaries, results, docs)
 
-    return lanes.write_suite_report(docs, "montezuma.md", "montezuma.png", alt, summaries, block, plot, START, END)
+    return lanes.write_suite_report(docs, PAGE, "montezuma.png", alt, summaries, block, plot, START, END)
 
 
 def parse_runs(text):

@@ -1,31 +1,31 @@
 """The SND article's comparison on Pong: DQN (epsilon 0.1) vs DQN_e0 (epsilon 0) vs SND (SND-V, epsilon 0).
 
     python benchmarks/snd_dqn_pong.py                     # 3 agents x 100,000 train steps (hours on a CPU), resumable
-    python benchmarks/snd_dqn_pong.py --train-steps 300 --out /tmp/pong-check   # tiny end to end, scratch outputs
+    python benchmarks/snd_dqn_pong.py --quick             # tiny runs of DQN and SND end to end, in a scratch folder
+    python benchmarks/snd_dqn_pong.py --runs snd:1        # one run (AGENT:SEED,...)
     python benchmarks/snd_dqn_pong.py --report-only       # rebuild docs/snd_dqn_pong.md's tables and the PNG
                                                           # from the committed summaries alone
+    python benchmarks/snd_dqn_pong.py --status            # which runs have finished
     python benchmarks/snd_dqn_pong.py --speed             # train steps/s of each agent (a few hundred steps)
 
 Every run is ``pong/train.py --agent <agent> --seed <k>`` with the article's settings
-(``pong/train.py --help``) and ``--evals`` greedy evaluations spread over the run (the
+(``pong/train.py --help``) and ``EVALS`` greedy evaluations spread over the run (the
 article's chart: the evaluation reward against the train count). A finished run leaves
-a small summary ``<results>/<agent>_seed<k>.json`` (curves, final numbers, speed, the
-command, the code's commit); runs whose summary exists are skipped, a run cut short
-continues from its newest checkpoint (its ``metrics.jsonl`` is cut back to that
-checkpoint's step first), and ``--report-only`` rebuilds the report from the summaries
-alone. With a ``--train-steps`` other than the article's 100,000 the summaries and the
-report go to ``<out>/results`` and ``<out>`` unless ``--results`` / ``--docs`` say
-otherwise, so a check never mixes with the real results.
+a small summary ``<results>/pong_<agent>_seed<k>.json`` (curves, final numbers, speed, the
+command, the code's commit); the scheduler and the command line are ``lanes.suite_main``'s:
+runs whose summary exists are skipped, a run cut short continues from its newest checkpoint
+(its ``metrics.jsonl`` is cut back to that checkpoint's step first), ``--report-only``
+rebuilds the report from the summaries alone, and flags the suite does not know go to every
+run's ``pong/train.py`` (with an ``--out``, ``--results`` and ``--state`` of their own). The
+runs are not packed into git (``--pack-state``): their checkpoints hold the replay memory.
 
-The three runs log into one parent folder, ``<out>/pong_<agent>_seed<k>``: ``visualdl
+The runs log into one parent folder, ``<out>/pong_<agent>_seed<k>``: ``visualdl
 --logdir <out>`` overlays their ``eval/return`` and ``episode/return`` curves (x axis:
 train steps) in one chart.
 """
 
 from __future__ import annotations
 
-import argparse
-import glob
 import json
 import os
 import shutil
@@ -46,49 +46,46 @@ from common.run.logger import read_metrics  # noqa: E402
 
 AGENTS = {"dqn": "DQN (epsilon 0.1)", "dqn-e0": "DQN_e0 (epsilon 0)", "snd": "SND (SND-V, epsilon 0)"}
 COLORS = {"dqn": "C0", "dqn-e0": "C1", "snd": "C2"}
+#: the plan: (agent, seed); the article ran one seed
+PLAN = (("dqn", 0), ("dqn-e0", 0), ("snd", 0))
 ARTICLE_STEPS = 100_000
+EVALS = 50  # greedy evaluations per run, evenly spaced
+#: ``--quick``: these runs, with these trainer flags (40 train steps after a 100-step warm-up, a tiny memory)
+QUICK = (
+    "dqn:0,snd:0",
+    ("--train-steps", "40", "--memory-warmup-size", "100", "--memory-capacity", "300", "--batch-size", "8")
+    + ("--eval-interval", "20", "--max-eval-steps", "100", "--save-interval", "20", "--log-interval", "10"),
+)
 CURVE_POINTS = 50
 FINAL_WINDOW = 0.1  # "at the end": the last 10 % of the train steps
 LATE_WINDOW = 0.5  # the comparison's window: the evaluations in the second half of the train steps
 RESULTS = os.path.join(ROOT, "docs", "results", "snd_dqn_pong")
+LANE_STATE = None  # not packed: a checkpoint holds the replay memory (71 MB)
+DOCS = os.path.join(ROOT, "docs")
+PAGE = "snd_dqn_pong.md"  # the report's page in DOCS
+OUT = os.path.join(ROOT, "runs", "snd_dqn_pong")
+RUN_FORMAT = "AGENT:SEED"
+TRAINER = "pong/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- snd-dqn-pong-results:start -->", "<!-- snd-dqn-pong-results:end -->"
 SPEED_START, SPEED_END = "<!-- snd-dqn-pong-speed:start -->", "<!-- snd-dqn-pong-speed:end -->"
 SPEED_STEPS = 300
 # a run checkpoints every 1/40 of its train steps (2,500 of 100,000, ~5 min of DQN), so a machine that stops
 # mid-run loses minutes, and the benchmark keeps only the newest two of those checkpoints per run
 SAVES_PER_RUN = 40
-KEEP_CHECKPOINTS = 2
 
 
 def run_name(agent, seed):
     return f"pong_{agent}_seed{seed}"
 
 
-def command(agent, seed, steps, evals, out, extra=(), resume=None, threads=0):
-    argv = [
-        sys.executable,
-        os.path.join(ROOT, "pong", "train.py"),
-        "--agent",
-        agent,
-        "--seed",
-        str(seed),
-        "--train-steps",
-        str(steps),
-        "--eval-interval",
-        str(max(1, steps // evals)),
-        "--log-path",
-        out,
-        "--run-name",
-        run_name(agent, seed),
-        "--num-threads",
-        str(threads),
-        "--save-interval",
-        str(max(1, steps // SAVES_PER_RUN)),
-        *extra,
-    ]
-    if resume:
-        argv += ["--resume", resume]
-    return argv
+def command(agent, seed, out, resume=None, threads=0, extra=()):
+    """The run's ``pong/train.py`` command line; ``extra`` flags come last, so they win."""
+    argv = [sys.executable, os.path.join(ROOT, TRAINER), "--agent", agent, "--seed", str(seed)]
+    argv += ["--train-steps", str(ARTICLE_STEPS), "--eval-interval", str(ARTICLE_STEPS // EVALS)]
+    argv += ["--save-interval", str(ARTICLE_STEPS // SAVES_PER_RUN)]
+    argv += ["--log-path", out, "--run-name", run_name(agent, seed)]
+    argv += [*(["--num-threads", str(threads)] if threads else []), *extra]
+    return argv + (["--resume", resume] if resume else [])
 
 
 # ---------------------------------------------------------------------------------- resuming
@@ -100,7 +97,7 @@ def newest_checkpoint(run_dir):
     return lanes.newest_checkpoint(run_dir, CHECKPOINTS)
 
 
-def prune_checkpoints(run_dir, keep=KEEP_CHECKPOINTS):
+def prune_checkpoints(run_dir, keep=2):
     """Delete all but the ``keep`` newest periodic checkpoints of a run (each holds the 71 MB replay memory)."""
     lanes.prune_checkpoints(run_dir, CHECKPOINTS, keep)
 
@@ -110,8 +107,22 @@ def cut_metrics(run_dir, step):
     lanes.cut_metrics(run_dir, lambda record: record["step"] <= step)
 
 
+def resume_run(run_dir):
+    """(newest periodic checkpoint, its train steps) of a run folder, its metrics cut back to it; (None, 0)."""
+    ckpt, done_steps = newest_checkpoint(run_dir)
+    if ckpt is not None:
+        cut_metrics(run_dir, done_steps)
+    return ckpt, done_steps
+
+
 # ---------------------------------------------------------------------------------- summaries
-def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
+def summarize_run(out, agent, seed, status) -> dict:
+    """A finished run's summary from its folder ``out/<run name>`` (its budget from its ``config.json``):
+    evaluation and training-episode curves, the returns at the end, speed, where it was resumed."""
+    name = run_name(agent, seed)
+    run_dir = os.path.join(out, name)
+    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+        steps = json.load(f)["train_steps"]
     m = read_metrics(run_dir)
     empty = (np.zeros(0), np.zeros(0))
     ev_s, ev_v = m.get("eval/return", empty)
@@ -120,12 +131,13 @@ def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
     rate_s, rate = m.get("perf/train_steps_per_sec", empty)
     _, cpu = m.get("perf/cpu_ms_per_train_step", empty)
     _, env_steps = m.get("charts/env_steps", empty)
+    seconds, commit, resumed = lanes.segment_facts(out, name)  # every process of the run, start to end
     edges = np.linspace(0, steps, CURVE_POINTS + 1)
     last = steps * (1 - FINAL_WINDOW)
-    root = ROOT + os.sep
-    return {
+    summary = {
         "agent": agent,
         "seed": seed,
+        "status": status,
         "train_steps": int(steps),
         "env_steps": int(env_steps[-1]) if len(env_steps) else None,
         "seconds": round(float(seconds), 1),
@@ -144,78 +156,44 @@ def summarize_run(run_dir, agent, seed, steps, seconds, argv) -> dict:
         "intrinsic_curve": {"steps": edges[1:].round().astype(int).tolist(), "reward": binned(int_s, int_v, edges)}
         if len(int_s)
         else None,
-        "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
-        "code_commit": code_commit(),
+        "command": [a.replace(ROOT + os.sep, "") for a in command(agent, seed, "runs/snd_dqn_pong")[1:]],
+        "code_commit": commit or "unknown",
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    if resumed:
+        summary["resumed_at"] = resumed[-1]
+    return summary
 
 
-def load_summaries(results) -> dict:
-    """{agent: [summary, ...]} sorted by seed."""
+RUNS = lanes.Runs(
+    key=("agent", "seed"),
+    name=run_name,
+    command=command,
+    summarize=summarize_run,
+    prefix=CHECKPOINTS,
+    order=lambda s: (list(AGENTS).index(s["agent"]), s["seed"]),
+    # the report reads every summary as a finished run's
+    options={"partial_summaries": False, "resume": resume_run},
+)
+
+
+def describe(summary) -> str:
+    return f"eval return at the end {summary['eval_return_at_end']}"
+
+
+def parse_runs(text):
+    return lanes.parse_method_seeds(text, AGENTS)
+
+
+def by_agent(summaries) -> dict:
+    """{agent: [summary, ...]} in seed order."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(results, "*_seed*.json"))):
-        with open(path, encoding="utf-8") as f:
-            s = json.load(f)
+    for s in summaries:
         out.setdefault(s["agent"], []).append(s)
-    for runs in out.values():
-        runs.sort(key=lambda s: s["seed"])
     return out
 
 
-# ---------------------------------------------------------------------------------- running
-def resume_run(run_dir):
-    """(newest periodic checkpoint, its train steps) of a run folder, its metrics cut back to it; (None, 0)."""
-    ckpt, done_steps = newest_checkpoint(run_dir)
-    if ckpt is not None:
-        cut_metrics(run_dir, done_steps)
-    return ckpt, done_steps
-
-
-def planned(agents, seeds, steps, evals, out, results, jobs, extra) -> list:
-    """The runs as ``lanes.PlannedRun``s, seed by seed; one CPU thread each when ``jobs`` share the machine."""
-    threads = 1 if jobs > 1 else 0
-    plan = []
-    for seed in range(seeds):
-        for agent in agents:
-            name = run_name(agent, seed)
-
-            def summarize(out_, status, agent=agent, seed=seed, name=name):
-                seconds, _, resumed = lanes.segment_facts(out_, name)  # every process of the run, start to end
-                argv = command(agent, seed, steps, evals, out, extra, None, threads)
-                summary = summarize_run(os.path.join(out_, name), agent, seed, steps, seconds, argv)
-                if resumed:
-                    summary["resumed_at"] = resumed[-1]
-                return summary
-
-            plan.append(
-                lanes.PlannedRun(
-                    name=name,
-                    argv=lambda resume, a=agent, k=seed: command(a, k, steps, evals, out, extra, resume, threads),
-                    prefix=CHECKPOINTS,
-                    summarize=summarize,
-                    summary_path=os.path.join(results, name + ".json"),
-                    partial_summaries=False,  # the report reads every summary as a finished run's
-                    resume=resume_run,
-                    label=f"({steps:,} train steps, {'1 thread' if threads == 1 else 'all cores'})",
-                )
-            )
-    return plan
-
-
-def run_all(agents, seeds, steps, evals, out, results, jobs, extra) -> list:
-    """Run the agents' missing runs on ``lanes.run_plan``, ``jobs`` at a time, each resumed from its newest
-    checkpoint (with its replay memory); returns the names of the runs that failed."""
-    os.makedirs(results, exist_ok=True)
-    plan = planned(agents, seeds, steps, evals, out, results, jobs, extra)
-    return lanes.run_plan(
-        plan,
-        out,
-        lanes_at_once=jobs,
-        keep=KEEP_CHECKPOINTS,
-        describe=lambda s: f"eval return at the end {s['eval_return_at_end']}",
-    )
-
-
+# ---------------------------------------------------------------------------------- speed
 def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
     """Train steps/s of each agent over ``steps`` train steps after the warm-up (no evaluation, no checkpoints)."""
     env = lanes.child_env(PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
@@ -296,8 +274,8 @@ def _num(value: float, digits: int) -> str:
 
 
 def markdown(summaries, agents) -> str:
+    """The results block (between ``START`` and ``END``) from ``{agent: [summary, ...]}``."""
     lines = [
-        START,
         "",
         "Generated by `python benchmarks/snd_dqn_pong.py --report-only` from "
         "`docs/results/snd_dqn_pong/*.json` (or the `--results` folder). Eval return = mean return of the greedy "
@@ -328,8 +306,7 @@ def markdown(summaries, agents) -> str:
             f"{_num(np.mean([_hours(s) for s in runs]), 2)} |"
         )
     lines += late_comparison(summaries, agents)
-    lines += ["", END]
-    return "\n".join(lines)
+    return "\n".join(lines + [""])
 
 
 def late_evals(summary) -> np.ndarray:
@@ -378,10 +355,10 @@ def late_comparison(summaries, agents) -> list:
 
 
 def speed_markdown(speed) -> str:
-    lines = [SPEED_START, ""]
+    """The speed block (between ``SPEED_START`` and ``SPEED_END``) from ``speed.json``'s content or None."""
+    lines = [""]
     if not speed:
-        lines += ["Not measured yet: `python benchmarks/snd_dqn_pong.py --speed`.", "", SPEED_END]
-        return "\n".join(lines)
+        return "\n".join(lines + ["Not measured yet: `python benchmarks/snd_dqn_pong.py --speed`.", ""])
     lines += [
         f"Measured {speed['measured']} on {speed['cpus']} CPUs by `python benchmarks/snd_dqn_pong.py --speed` "
         f"(`{os.path.relpath(RESULTS, ROOT)}/speed.json`): {speed['rows'][0]['train_steps']} train steps per "
@@ -403,27 +380,7 @@ def speed_markdown(speed) -> str:
             f"{r['cpu_ms_per_train_step']:.0f} | {cpu_h:.2f} | "
             f"{r['loadavg_1min'][0]:.1f} / {r['loadavg_1min'][1]:.1f} |"
         )
-    lines += ["", SPEED_END]
-    return "\n".join(lines)
-
-
-def replace_block(text, start, end, block):
-    if start in text and end in text:
-        return text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    return text.rstrip() + "\n\n" + block + "\n"
-
-
-def write_doc(path, results_block, speed_block):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    text = (
-        open(path, encoding="utf-8").read()
-        if os.path.exists(path)
-        else "# Double DQN + SND-V on Pong: the SND article's comparison\n\n## Results\n\n## Speed\n"
-    )
-    text = replace_block(text, START, END, results_block)
-    text = replace_block(text, SPEED_START, SPEED_END, speed_block)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    return "\n".join(lines + [""])
 
 
 def _nanmean(a):
@@ -501,74 +458,39 @@ def plot(summaries, agents, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--agents", nargs="+", default=list(AGENTS), choices=list(AGENTS), help="agents to run")
-    p.add_argument("--seeds", type=int, default=1, help="seeds per agent (0 .. seeds-1); the article ran one")
-    p.add_argument("--train-steps", type=int, default=ARTICLE_STEPS, help="train steps per run (the article: 100,000)")
-    p.add_argument("--evals", type=int, default=50, help="greedy evaluations per run, evenly spaced")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="runs at a time (more than 1: one CPU thread each)",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        help="folder of the run folders (default: runs/snd_dqn_pong); `visualdl --logdir` it to overlay the agents",
-    )
-    p.add_argument(
-        "--results",
-        default=None,
-        help="folder of the per-run summaries (default: "
-        "docs/results/snd_dqn_pong; <out>/results unless --train-steps "
-        "is the article's)",
-    )
-    p.add_argument(
-        "--docs",
-        default=None,
-        help="where snd_dqn_pong.md/.png go (default: docs; <out> unless --train-steps is the article's)",
-    )
-    p.add_argument("--report-only", action="store_true", help="only rebuild the report from the summaries")
-    p.add_argument(
-        "--speed",
-        action="store_true",
-        help=f"measure train steps/s of each agent over {SPEED_STEPS} "
-        "train steps (valid and same padding), then report",
-    )
-    p.add_argument("--extra", default="", help="more pong/train.py flags for every run, one string")
-    args = p.parse_args(argv)
-    lanes.carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
-    for name in ("seeds", "train_steps", "evals", "jobs"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: expected a positive integer")
-    article = args.train_steps == ARTICLE_STEPS
-    out = args.out or os.path.join(ROOT, "runs", "snd_dqn_pong")
-    results = args.results or (RESULTS if article else os.path.join(out, "results"))
-    docs = args.docs or (os.path.join(ROOT, "docs") if article else out)
-    if args.speed:
-        # dqn-e0 computes exactly what dqn does (only epsilon differs): measured only when asked for by name
-        speed_agents = [a for a in args.agents if a != "dqn-e0"] if args.agents == list(AGENTS) else args.agents
-        measure_speed(speed_agents, ("valid", "same"), os.path.join(out, "speed"), results)
-    elif not args.report_only:
-        failed = run_all(
-            args.agents, args.seeds, args.train_steps, args.evals, out, results, args.jobs, args.extra.split()
-        )
-        if failed:
-            print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
-    summaries = load_summaries(results)
+def write_report(results, docs):
+    """The results and speed blocks of ``docs/snd_dqn_pong.md`` and its PNG, from the files in ``results``."""
+    summaries = by_agent(RUNS.load(results))
     speed_path = os.path.join(results, "speed.json")
-    speed = json.load(open(speed_path, encoding="utf-8")) if os.path.exists(speed_path) else None
-    block = markdown(summaries, list(AGENTS))
-    write_doc(os.path.join(docs, "snd_dqn_pong.md"), block, speed_markdown(speed))
+    speed = None
+    if os.path.exists(speed_path):
+        with open(speed_path, encoding="utf-8") as f:
+            speed = json.load(f)
+    page = os.path.join(docs, PAGE)
+    lanes.replace_block(page, START, END, markdown(summaries, list(AGENTS)))
+    lanes.replace_block(page, SPEED_START, SPEED_END, speed_markdown(speed))
     plot(summaries, list(AGENTS), os.path.join(docs, "snd_dqn_pong.png"))
-    print(block)
-    return summaries
+    return page
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--speed" in argv:  # not the plan: a few hundred train steps of each agent, then the report
+        import argparse
+
+        p = argparse.ArgumentParser(description=f"train steps/s of DQN and SND over {SPEED_STEPS} train steps")
+        p.add_argument("--speed", action="store_true", help="measure (valid and same padding), then report")
+        p.add_argument("--out", default=OUT, help="parent folder of the measuring runs (in <out>/speed)")
+        p.add_argument("--results", default=RESULTS, help="where speed.json goes")
+        p.add_argument("--docs", default=DOCS, help="folder of the report")
+        args = p.parse_args(argv)
+        lanes.carry_nice_into_session()
+        # dqn-e0 computes exactly what dqn does (only epsilon differs)
+        measure_speed(("dqn", "snd"), ("valid", "same"), os.path.join(args.out, "speed"), args.results)
+        argv = ["--report-only", "--out", args.out, "--results", args.results, "--docs", args.docs]
+    return lanes.suite_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
     lanes.interrupt_on_sigterm()  # `kill` stops the runs too (they save), as Ctrl-C does
-    main()
+    sys.exit(main())

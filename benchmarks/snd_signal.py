@@ -52,9 +52,9 @@ QUICK = (
 #: "early" = the mean of updates 2-6 (after the predictor's first fit); "late" = the last 10 updates
 EARLY, LATE = slice(1, 6), slice(-10, None)
 RESULTS = os.path.join(ROOT, "docs", "results", "snd_signal")
-LANE_STATE = os.path.join(ROOT, "benchmarks", "lane_state", "snd_signal")  # never written: no checkpoints
+LANE_STATE = None  # nothing to pack: the runs keep no checkpoints
 DOCS = os.path.join(ROOT, "docs")
-PAGE = "snd_signal.md"
+PAGE = "snd_signal.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "snd_signal")
 RUN_FORMAT = "MODULE:SEED"
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)

@@ -1,8 +1,14 @@
-"""benchmarks/snd_dqn_pong.py without running Pong: resuming helpers and the report from summaries alone."""
+"""benchmarks/snd_dqn_pong.py: resuming helpers, the scheduler on a fake trainer, the report from summaries
+alone, and a real --quick run of DQN and SND."""
 
+import dataclasses
 import json
 import os
+import shutil
+import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -37,8 +43,8 @@ def test_prune_keeps_the_newest_periodic_checkpoints(tmp_path):
         "pong_dqn-e0_7500.pdparams.tmp",
     ]
     assert bench.newest_checkpoint(str(run))[1] == 10000
-    assert "--save-interval" in (argv := bench.command("dqn", 0, 100_000, 50, str(tmp_path)))
-    assert argv[argv.index("--save-interval") + 1] == "2500"
+    assert "--save-interval" in (argv := bench.command("dqn", 0, str(tmp_path)))
+    assert argv[argv.index("--save-interval") + 1] == "2500" and argv[argv.index("--eval-interval") + 1] == "2000"
 
 
 def fake_summary(agent, seed, ev):
@@ -65,8 +71,16 @@ def fake_summary(agent, seed, ev):
     }
 
 
+def _docs(tmp_path):
+    """A docs folder holding a copy of the committed page (the report replaces its marked blocks)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(os.path.join(ROOT, "docs", "snd_dqn_pong.md"), docs / "snd_dqn_pong.md")
+    return docs
+
+
 def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
-    results, docs = tmp_path / "results", tmp_path / "docs"
+    results, docs = tmp_path / "results", _docs(tmp_path)
     results.mkdir()
     for agent, ev in (("dqn", [-5.0, -3.0, 1.0]), ("snd", [-5.0, -4.0, 2.0])):
         bench.write_json_atomic(str(results / f"pong_{agent}_seed0.json"), fake_summary(agent, 0, ev))
@@ -107,7 +121,7 @@ def test_report_only_rebuilds_doc_and_png_from_summaries(tmp_path):
 def test_a_summary_without_the_logged_wall_time_shows_none(tmp_path):
     """A resumed run's clock saw only its last segment: without the logged intervals' wall time the report
     shows none, not the segment's."""
-    results, docs = tmp_path / "results", tmp_path / "docs"
+    results, docs = tmp_path / "results", _docs(tmp_path)
     old = fake_summary("dqn", 0, [-5.0, -3.0, 1.0])
     old.update(train_steps=72000, seconds=1800.0, resumed_at=36000, train_steps_per_sec=20.0, code_commit="abc")
     old["cpu_ms_per_train_step"] = 66.0
@@ -123,6 +137,8 @@ FAKE_TRAINER = r"""
 import json, os, signal, sys, time
 agent, run_dir, threads, resume, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
 os.makedirs(os.path.join(run_dir, "models"), exist_ok=True)
+with open(os.path.join(run_dir, "config.json"), "w") as f:
+    json.dump({"train_steps": 600}, f)
 with open(os.path.join(run_dir, "starts.jsonl"), "a") as f:
     f.write(json.dumps({"threads": threads, "resume": resume}) + "\n")
 stop = []
@@ -139,12 +155,12 @@ sys.exit(143 if stop else 0)
 
 
 def test_runs_share_the_scheduler_and_resume_from_their_newest_checkpoint(tmp_path, monkeypatch):
-    """--jobs 2: one thread each, side by side on lanes.run_plan; a run with a periodic checkpoint continues
+    """--lanes 2: one thread each, side by side on lanes.run_plan; a run with a periodic checkpoint continues
     from it (its metrics cut back to that step); both summaries are written, the resumed one says where from;
-    a second call runs nothing; --jobs 1 gives a run all cores."""
+    a second call runs nothing; --lanes 1 gives a run all cores."""
     fake = tmp_path / "fake_trainer.py"
     fake.write_text(FAKE_TRAINER)
-    out, results = tmp_path / "runs", tmp_path / "results"
+    out, results, docs = tmp_path / "runs", tmp_path / "results", _docs(tmp_path)
     run = out / "pong_snd_seed0"
     (run / "models").mkdir(parents=True)
     (run / "models" / "pong_snd_300.pdparams").write_bytes(b"x")
@@ -152,12 +168,16 @@ def test_runs_share_the_scheduler_and_resume_from_their_newest_checkpoint(tmp_pa
         "".join(json.dumps({"tag": "eval/return", "step": s, "value": -1.0}) + "\n" for s in (300, 450))
     )
 
-    def command(agent, seed, steps, evals, out_dir, extra=(), resume=None, threads=0):
+    def command(agent, seed, out_dir, resume=None, threads=0, extra=()):
         run_dir = os.path.join(out_dir, bench.run_name(agent, seed))
         return [sys.executable, str(fake), agent, run_dir, str(threads), resume or "", "0.2"]
 
-    monkeypatch.setattr(bench, "command", command)
-    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, []) == []
+    monkeypatch.setattr(bench, "RUNS", dataclasses.replace(bench.RUNS, command=command))
+
+    def main(*argv, out=out, results=results):
+        return bench.main(["--out", str(out), "--results", str(results), "--docs", str(docs), *argv])
+
+    assert main("--runs", "dqn:0,snd:0", "--lanes", "2") == 0
     assert sorted(p.name for p in results.iterdir()) == ["pong_dqn_seed0.json", "pong_snd_seed0.json"]
     starts = [json.loads(x) for x in (run / "starts.jsonl").read_text().splitlines()]
     assert starts == [{"threads": "1", "resume": str(run / "models" / "pong_snd_300.pdparams")}]
@@ -166,12 +186,27 @@ def test_runs_share_the_scheduler_and_resume_from_their_newest_checkpoint(tmp_pa
     assert [json.loads(x)["threads"] for x in dqn_starts] == ["1"]
     snd, dqn = (json.loads((results / f"pong_{a}_seed0.json").read_text()) for a in ("snd", "dqn"))
     assert snd["resumed_at"] == 300 and "resumed_at" not in dqn and dqn["eval_return_at_end"] == 1.0
-    assert bench.run_all(["dqn", "snd"], 1, 600, 3, str(out), str(results), 2, []) == []  # nothing left to run
+    assert snd["status"] == "budget" and snd["train_steps"] == 600
+    assert main("--runs", "dqn:0,snd:0", "--lanes", "2") == 0  # nothing left to run
     assert len((run / "starts.jsonl").read_text().splitlines()) == 1
-    out1, results1 = tmp_path / "runs1", tmp_path / "results1"
-    assert bench.run_all(["dqn"], 1, 600, 3, str(out1), str(results1), 1, []) == []
-    lines = (out1 / "pong_dqn_seed0" / "starts.jsonl").read_text().splitlines()
+    assert main("--runs", "dqn:0", out=tmp_path / "runs1", results=tmp_path / "results1") == 0
+    lines = (tmp_path / "runs1" / "pong_dqn_seed0" / "starts.jsonl").read_text().splitlines()
     assert [json.loads(x)["threads"] for x in lines] == ["0"]
+    with pytest.raises(SystemExit):  # its checkpoints hold the replay memory: never packed into git
+        main("--pack-state")
+
+
+@pytest.mark.slow
+def test_quick_runs_dqn_and_snd_for_real_and_reports_them(tmp_path):
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "snd_dqn_pong.py"), "--quick", "--out", str(tmp_path)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert sorted(os.listdir(tmp_path / "results")) == ["pong_dqn_seed0.json", "pong_snd_seed0.json"]
+    snd = json.loads((tmp_path / "results" / "pong_snd_seed0.json").read_text())
+    assert snd["train_steps"] == 40 and snd["status"] == "budget" and snd["eval_curve"]["steps"] == [20, 40]
+    assert snd["intrinsic_curve"] is not None and snd["command"][:3] == ["pong/train.py", "--agent", "snd"]
+    doc = (tmp_path / "snd_dqn_pong.md").read_text()
+    assert "| SND (SND-V, epsilon 0) | 1 | 40 |" in doc and "| DQN_e0 (epsilon 0) | 0 | not run yet" in doc
+    assert (tmp_path / "snd_dqn_pong.png").stat().st_size > 0
 
 
 def test_late_comparison_separates_clearly_different_runs_and_resamples_seeds():
