@@ -1,13 +1,15 @@
 """Does curiosity explore where plain PPO does not? MiniGrid tasks x methods x seeds, on a CPU.
 
-    python benchmarks/exploration.py                   # suite v2: hours on 2 cores, resumable
+    python benchmarks/exploration.py --lanes 2         # the whole plan, two runs at a time: days on 2 cores
+    python benchmarks/exploration.py --runs 'keycorridor3:e3b:*'   # the plan's runs of one cell (TASK:METHOD:SEED)
     python benchmarks/exploration.py --quick           # a CI-sized check of the whole pipeline (~1 min)
     python benchmarks/exploration.py --report-only     # rebuild docs/exploration.md's tables and the PNG
                                                        # from the committed summaries alone
+    python benchmarks/exploration.py --status          # which runs have finished, what is left
 
 Every run is ``gridworld/train.py`` with the game's defaults (the same PPO settings
 for every method) and the task's frame budget, without evaluation, videos,
-embeddings or histograms; ``--jobs`` runs at a time, one CPU thread each. A run
+embeddings or histograms, on one CPU thread (``--lanes 2``: two at a time). A run
 saves a checkpoint every ``SAVE_INTERVAL`` updates (the newest two are kept), and a
 run that was stopped (Ctrl-C, ``kill``, the machine going away) continues from its
 newest one when the suite is started again, its ``metrics.jsonl`` cut back to that
@@ -22,7 +24,8 @@ A finished run leaves a small summary, ``<results>/<task>_<method>_seed<k>.json`
 (curve points, the numbers of the tables, wall-clock, action shares, the command
 and the code's commit). Those files are committed: the suite skips every run whose
 summary exists, so it continues where it stopped, on any machine, and the report is
-rebuilt from them alone (the run folders under ``--out`` are scratch).
+rebuilt from them alone (the run folders under ``--out`` are scratch). The scheduler
+and the command line are ``lanes.suite_main``'s, as every long suite's.
 
 Metrics, per run (training episodes, stochastic policy):
 
@@ -43,11 +46,11 @@ resamples, fixed generator).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -55,22 +58,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks import lanes  # noqa: E402
 from benchmarks.intervals import bootstrap_diff  # noqa: E402
-from benchmarks.lanes import (  # noqa: E402
-    PlannedRun,
-    carry_nice_into_session,
-    code_commit,
-    interrupt_on_sigterm,
-    logged_seconds,
-    resume_ppo_run,  # noqa: F401  (where a run continues from: tests ask it here)
-    run_plan,
-    segment_facts,
-)
+from benchmarks.lanes import logged_seconds, resume_ppo_run, segment_facts  # noqa: E402, F401  (tests ask here)
 from common.run.logger import read_metrics  # noqa: E402
 
 ROLLOUT = 16 * 128  # gridworld's default samples per update: budgets are whole updates
 SAVE_INTERVAL = 100  # updates between a run's checkpoints (1-3 minutes of one core): a stop loses minutes
-KEEP_CHECKPOINTS = 2
 
 #: key -> (env id, frame budget, what makes it hard)
 TASKS = {
@@ -154,7 +148,7 @@ METHODS = {
 }
 
 #: (task, methods, seeds) in the order the suite runs them: the decisive cells first
-PLAN = (
+CELLS = (
     ("keycorridor", ("none", "rnd"), 5),
     ("doorkey8", ("none", "rnd"), 5),
     # added while the suite ran, once plain PPO had solved DoorKey-8x8 in 2 of its first 4 seeds
@@ -201,10 +195,15 @@ COST_METHODS = ("none", "rnd", "snd-v", "snd-std", "snd-vic", "snd-v-fulltarget"
 COST_GOAL_METHODS = ("snd-v", "snd-std", "snd-vic", "noveld", "icm", "e3b")
 COST_RESULT = os.path.join(ROOT, "docs", "results", "intrinsic_cost.json")
 
-#: --quick: the whole pipeline at CI size
-QUICK_PLAN = (("doorkey5", ("none", "rnd"), 1),)
+#: --quick: the whole pipeline at CI size (a checkpoint every update, so a stopped quick run resumes too: tested)
 QUICK_UPDATES = 3
-QUICK_SAVE_INTERVAL = 1  # a checkpoint every update, so a stopped quick run resumes too (tested)
+QUICK = ("doorkey5:none:0,doorkey5:rnd:0", ("--num-global-steps", str(QUICK_UPDATES * ROLLOUT), "--save-interval", "1"))
+LANE_STATE = None  # not packed: a run takes hours, not days
+DOCS = os.path.join(ROOT, "docs")
+PAGE = "exploration.md"  # the report's page in DOCS
+OUT = os.path.join(ROOT, "runs", "exploration")
+RUN_FORMAT = "TASK:METHOD:SEED"
+TRAINER = "gridworld/train.py"  # every run's train script (it also checks the flags the suite passes on)
 
 
 def run_name(task, method, seed):
@@ -215,21 +214,22 @@ def checkpoint_prefix(task):
     """A run's numbered checkpoints are ``models/<prefix>_<update>.pdparams`` (gridworld/train.py's names)."""
     from gridworld.train import checkpoint_name
 
-    return checkpoint_name(argparse.Namespace(env_id=TASKS[task][0]), None).removesuffix(".pdparams")
+    return checkpoint_name(types.SimpleNamespace(env_id=TASKS[task][0]), None).removesuffix(".pdparams")
 
 
-def command(task, method, seed, frames, out, resume=None, save_interval=SAVE_INTERVAL):
-    """gridworld/train.py's argv for one run, continuing checkpoint ``resume`` if given."""
+def command(task, method, seed, out, resume=None, threads=0, extra=()):
+    """gridworld/train.py's argv for one run (the task's budget, one CPU thread: ``threads`` is ignored),
+    continuing checkpoint ``resume`` if given; ``extra`` flags come last, so they win."""
     return [
         sys.executable,
-        os.path.join(ROOT, "gridworld", "train.py"),
+        os.path.join(ROOT, TRAINER),
         "--env-id",
         TASKS[task][0],
         *METHODS[method][1],
         "--seed",
         str(seed),
         "--num-global-steps",
-        str(frames),
+        str(TASKS[task][1]),
         "--log-path",
         out,
         "--run-name",
@@ -239,13 +239,14 @@ def command(task, method, seed, frames, out, resume=None, save_interval=SAVE_INT
         "--video-interval",
         "0",
         "--save-interval",
-        str(save_interval),
+        str(SAVE_INTERVAL),
         "--embedding-interval",
         "0",
         "--histogram-interval",
         "0",
         "--num-threads",
         "1",
+        *extra,
         *(["--resume", resume] if resume else []),
     ]
 
@@ -260,11 +261,15 @@ def windowed_success(steps, succ, at, window):
     return np.asarray(out)
 
 
-def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=None, resumed_at=()) -> dict:
-    """The small JSON a finished run leaves in the results folder (everything the report needs).
-
-    ``argv``: the run's command as first started (without ``--resume``); ``resumed_at``: the updates it
-    was resumed at, if any (then ``seconds`` is replaced by its logged wall time, every segment's)."""
+def summarize_run(out, task, method, seed, status) -> dict:
+    """The small JSON a finished run leaves in the results folder (everything the report needs), from its
+    folder ``out/<run name>`` (its frame budget from its ``config.json``). Its wall time: every process
+    of it, start to end; a resumed run's (``resumed_at_updates``), its logged wall time."""
+    name = run_name(task, method, seed)
+    run_dir = os.path.join(out, name)
+    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+        frames = json.load(f)["num_global_steps"]
+    seconds, commit, resumed_at = segment_facts(out, name)
     m = read_metrics(run_dir)
     steps, succ = m.get("episode/success", (np.zeros(0), np.zeros(0)))
     _, ret = m.get("episode/return", (np.zeros(0), np.zeros(0)))
@@ -282,7 +287,6 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=Non
     }
     raw_steps, raw = m.get("intrinsic/raw_reward_mean", (np.zeros(0), np.zeros(0)))
     raw_pick = np.unique(np.linspace(0, len(raw) - 1, min(len(raw), 20)).round().astype(int)) if len(raw) else []
-    root = ROOT + os.sep
     if resumed_at:
         seconds = logged_seconds(*m.get("perf/steps_per_sec", ([], []))) or 0.0
     return {
@@ -309,65 +313,70 @@ def summarize_run(run_dir, task, method, seed, frames, seconds, argv, commit=Non
             "frames": [int(raw_steps[i]) for i in raw_pick],
             "value": [round(float(raw[i]), 5) for i in raw_pick],
         },
-        "command": [a.replace(root, "") if isinstance(a, str) else a for a in argv[1:]],
-        "code_commit": commit or code_commit(),  # the checkout's commit when the run (last) started
+        "command": [a.replace(ROOT + os.sep, "") for a in command(task, method, seed, "runs/exploration")[1:]],
+        "code_commit": commit or "unknown",  # the checkout's commit when the run (last) started
         **({"resumed_at_updates": [int(u) for u in resumed_at]} if resumed_at else {}),
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
 
-def summary_path(results, task, method, seed):
-    return os.path.join(results, run_name(task, method, seed) + ".json")
-
-
-# ---------------------------------------------------------------------------------- running
-def planned(plan, budgets):
-    """Every (task, method, seed, frames) of a plan, seed-major inside each group; a run planned twice
-    (a pilot that counts as seed 0 of its task's cell) runs once, where it comes first."""
+# ---------------------------------------------------------------------------------- the plan
+def planned(cells=CELLS) -> tuple:
+    """Every (task, method, seed) of ``cells``, seed-major inside each group; a run planned twice (a pilot
+    that counts as seed 0 of its task's cell) runs once, where it comes first."""
     out = []
-    for task, methods, seeds in plan:
+    for task, methods, seeds in cells:
         for seed in range(seeds):
             for method in methods:
-                if (task, method, seed, budgets[task]) not in out:
-                    out.append((task, method, seed, budgets[task]))
-    return out
+                if (task, method, seed) not in out:
+                    out.append((task, method, seed))
+    return tuple(out)
 
 
-def task_methods(plan, task) -> list:
-    """The methods a plan runs on ``task``, in ``METHODS``' order (PPO first, whatever ran first)."""
-    planned_here = {m for t, ms, _ in plan if t == task for m in ms}
+PLAN = planned()
+
+
+def task_methods(cells, task) -> list:
+    """The methods ``cells`` run on ``task``, in ``METHODS``' order (PPO first, whatever ran first)."""
+    planned_here = {m for t, ms, _ in cells if t == task for m in ms}
     return [m for m in METHODS if m in planned_here]
 
 
-def run_suite(todo, out, results, jobs, save_interval=SAVE_INTERVAL):
-    """Run (task, method, seed, frames) entries, ``jobs`` at a time, on ``lanes.run_plan`` (a run with a
-    numbered checkpoint continues from the newest); each run that ends well writes its summary (only
-    then: the report reads every summary as a finished run's). Returns the names of the runs that failed."""
+RUNS = lanes.Runs(
+    key=("task", "method", "seed"),
+    name=run_name,
+    command=command,
+    summarize=summarize_run,
+    prefix=lambda task, method, seed: checkpoint_prefix(task),
+    order=lambda s: (list(TASKS).index(s["task"]), list(METHODS).index(s["method"]), s["seed"]),
+    # only a run that ended well has a summary: the report reads every summary as a finished run's
+    options={"partial_summaries": False, "env": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}},
+)
 
-    def planned_run(task, method, seed, frames):
-        name = run_name(task, method, seed)
 
-        def summarize(out_, status):
-            seconds, commit, resumed = segment_facts(out_, name)
-            argv = command(task, method, seed, frames, out_, save_interval=save_interval)
-            return summarize_run(os.path.join(out_, name), task, method, seed, frames, seconds, argv, commit, resumed)
+def describe(summary) -> str:
+    return f"success at budget {summary['success_at_budget']:.2f}, {summary['seconds']:.0f}s"
 
-        return PlannedRun(
-            name=name,
-            argv=lambda resume: command(task, method, seed, frames, out, resume, save_interval),
-            prefix=checkpoint_prefix(task),
-            summarize=summarize,
-            summary_path=summary_path(results, task, method, seed),
-            label=f"({frames:,} frames)",
-            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
-            partial_summaries=False,
-        )
 
-    def describe(summary):
-        return f"success at budget {summary['success_at_budget']:.2f}, {summary['seconds']:.0f}s"
-
-    plan = [planned_run(*entry) for entry in todo]
-    return run_plan(plan, out, jobs, keep=KEEP_CHECKPOINTS, describe=describe, say_todo=False)
+def parse_runs(text) -> tuple:
+    """``--runs`` as ``TASK:METHOD:SEED,...``; a ``*`` part matches the plan's runs (``keycorridor3:e3b:*``:
+    every planned seed of that cell). ``SystemExit`` naming an item that is neither."""
+    out = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if len(parts) == 3 and "*" in parts:
+            found = [k for k in PLAN if all(p == "*" or p == str(v) for p, v in zip(parts, k))]
+            if not found:
+                raise SystemExit(f"error: --runs {item!r} matches no run of the plan")
+            out += [k for k in found if k not in out]
+            continue
+        if len(parts) != 3 or parts[0] not in TASKS or parts[1] not in METHODS or not parts[2].isdigit():
+            raise SystemExit(
+                f"error: --runs {item!r} is invalid: expected TASK:METHOD:SEED (a part may be *) with TASK one of "
+                f"{', '.join(TASKS)}, METHOD one of {', '.join(METHODS)} and SEED an integer >= 0"
+            )
+        out.append((parts[0], parts[1], int(parts[2])))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------- report
@@ -492,10 +501,10 @@ def goals(summaries, tasks) -> list[str]:
     return lines
 
 
-def markdown(summaries, plan) -> str:
-    tasks = list(dict.fromkeys(t for t, _, _ in plan))
+def markdown(summaries, cells=CELLS) -> str:
+    """The report's block (between ``START`` and ``END``) from ``{(task, method): [summary, ...]}``."""
+    tasks = list(dict.fromkeys(t for t, _, _ in cells))
     lines = [
-        START,
         "",
         "Generated by `python benchmarks/exploration.py --report-only` from "
         "`docs/results/exploration/*.json`. Success = success rate of the training episodes that ended in the "
@@ -507,7 +516,7 @@ def markdown(summaries, plan) -> str:
     ]
     for task in tasks:
         env_id, frames, hard = TASKS[task]
-        methods = task_methods(plan, task)
+        methods = task_methods(cells, task)
         lines += [
             f"**{env_id}**, {frames:,} frames: {hard}.",
             "",
@@ -557,34 +566,22 @@ def markdown(summaries, plan) -> str:
     if os.path.exists(COST_RESULT):
         with open(COST_RESULT, encoding="utf-8") as f:
             lines += cost_markdown(json.load(f)) + [""]
-    lines.append(END)
     return "\n".join(lines)
 
 
-def write_doc(path, block):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Exploration benchmark\n\n"
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-
-
-def plot(summaries, plan, path):
+def plot(summaries, path, cells=CELLS):
     """Success-rate curves (mean over seeds, band = min..max over seeds), one panel per task."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = [t for t in dict.fromkeys(t for t, _, _ in plan) if any(k[0] == t for k in summaries)]
+    tasks = [t for t in dict.fromkeys(t for t, _, _ in cells) if any(k[0] == t for k in summaries)]
     if not tasks:
         return
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.6), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for method in task_methods(plan, task):
+        for method in task_methods(cells, task):
             runs = summaries.get((task, method))
             if not runs:
                 continue
@@ -607,61 +604,18 @@ def plot(summaries, plan, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"CI-sized: {QUICK_UPDATES} updates of PPO and RND on DoorKey-5x5, 1 seed, results and "
-        "report in a scratch folder (the committed results are not touched)",
-    )
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time (one CPU thread each)")
-    p.add_argument(
-        "--methods",
-        default=None,
-        help="comma-separated method keys: run only the plan's runs of these (default: every unfinished run)",
-    )
-    p.add_argument("--tasks", default=None, help="comma-separated task keys: run only the plan's runs on these")
-    p.add_argument("--out", default=None, help="scratch folder of the run folders (default: runs/exploration)")
-    p.add_argument(
-        "--results",
-        default=None,
-        help="folder of the per-run summaries (default: docs/results/exploration; --quick: <out>/results)",
-    )
-    p.add_argument("--docs", default=None, help="where exploration.md/.png go (default: docs; --quick: <out>)")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the tables and the plot from the summaries")
-    args = p.parse_args(argv)
-    carry_nice_into_session()  # started as `setsid nice -n N ...`: the whole session yields (autogroup)
-    if args.jobs < 1:
-        p.error(f"--jobs {args.jobs} is invalid: expected a positive integer")
-    plan = QUICK_PLAN if args.quick else PLAN
-    out = args.out or os.path.join(ROOT, "runs", "exploration-quick" if args.quick else "exploration")
-    results = args.results or (os.path.join(out, "results") if args.quick else RESULTS)
-    docs = args.docs or (out if args.quick else os.path.join(ROOT, "docs"))
-    budgets = {t: (QUICK_UPDATES * ROLLOUT if args.quick else TASKS[t][1]) for t in TASKS}
-    if not args.report_only:
-        todo = [r for r in planned(plan, budgets) if not os.path.exists(summary_path(results, *r[:3]))]
-        for flag, column, known in (("methods", 1, METHODS), ("tasks", 0, TASKS)):
-            if getattr(args, flag):
-                wanted = getattr(args, flag).split(",")
-                unknown = [k for k in wanted if k not in known]
-                if unknown:
-                    p.error(f"--{flag} {getattr(args, flag)}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
-                todo = [r for r in todo if r[column] in wanted]
-        print(f"{len(todo)} runs to do, {sum(r[3] for r in todo):,} frames in all; summaries in {results}", flush=True)
-        failed = run_suite(todo, out, results, args.jobs, QUICK_SAVE_INTERVAL if args.quick else SAVE_INTERVAL)
-        if failed:
-            print(f"{len(failed)} runs failed: {', '.join(failed)}", file=sys.stderr)
+def write_report(results, docs):
+    """docs/exploration.md's tables and exploration.png from the summaries in ``results``."""
     summaries = load_summaries(results)
-    block = markdown(summaries, plan)
-    write_doc(os.path.join(docs, "exploration.md"), block)
-    plot(summaries, plan, os.path.join(docs, "exploration.png"))
-    print(block)
-    return summaries
+    page = lanes.replace_block(os.path.join(docs, PAGE), START, END, markdown(summaries))
+    plot(summaries, os.path.join(docs, "exploration.png"))
+    return page
+
+
+def main(argv=None):
+    return lanes.suite_main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    interrupt_on_sigterm()  # `kill` stops the runs too, as Ctrl-C does
-    main()
+    lanes.interrupt_on_sigterm()  # `kill` stops the runs too, as Ctrl-C does
+    sys.exit(main())

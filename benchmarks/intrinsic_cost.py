@@ -59,7 +59,7 @@ def measure(task, methods, rounds, short, long, out) -> dict:
             for updates in (short, long):
                 frames = updates * exploration.ROLLOUT
                 run_out = os.path.join(out, f"r{r}_{method}_{updates}")
-                argv = exploration.command(task, method, 0, frames, run_out)
+                argv = exploration.command(task, method, 0, run_out, extra=("--num-global-steps", str(frames)))
                 cpu[updates] = cpu_seconds_of(argv, env)
             ms = 1000 * (cpu[long] - cpu[short]) / ((long - short) * exploration.ROLLOUT)
             per_frame[method].append(ms)
@@ -79,7 +79,7 @@ def summarize(per_frame, task, rounds, short, long) -> dict:
         "cpu_ms_per_frame": {m: [round(x, 4) for x in v] for m, v in per_frame.items()},
         "ratio_to_rnd": {m: round(x, 3) for m, x in ratios.items()},
         "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "code_commit": exploration.code_commit(),
+        "code_commit": lanes.code_commit(),
     }
 
 

@@ -58,23 +58,36 @@ def test_windowed_success_and_bootstrap_by_hand():
 
 
 def test_plan_order_and_budgets():
-    runs = exploration.planned(exploration.PLAN, {t: v[1] for t, v in exploration.TASKS.items()})
-    assert runs[:2] == [
-        ("keycorridor", "none", 0, exploration.TASKS["keycorridor"][1]),
-        ("keycorridor", "rnd", 0, exploration.TASKS["keycorridor"][1]),
-    ]
+    runs = exploration.PLAN
+    assert runs == exploration.planned(exploration.CELLS) and runs[:2] == (
+        ("keycorridor", "none", 0),
+        ("keycorridor", "rnd", 0),
+    )
     assert exploration.TASKS["keycorridor"][1] >= 1_500_000 and exploration.TASKS["doorkey8"][1] >= 1_000_000
     assert all(v[1] % exploration.ROLLOUT == 0 for v in exploration.TASKS.values())
     cells = {}
-    for task, method, seed, _ in runs:
+    for task, method, seed in runs:
         cells.setdefault((task, method), set()).add(seed)
     for task in ("keycorridor", "doorkey8", "keycorridor3"):
         assert len(cells[(task, "none")]) == len(cells[(task, "rnd")]) == 5
         assert all(len(cells[(task, m)]) >= 3 for m in ("snd-v", "snd-std", "snd-vic"))
-    assert len(runs) == len(set((t, m, s) for t, m, s, _ in runs))
+    assert len(runs) == len(set(runs))
     # a pilot counts as seed 0 of its task's cell: it runs once, before the cell
-    pilot = runs.index(("obstructed1", "rnd", 0, exploration.TASKS["obstructed1"][1]))
-    assert runs[pilot + 1][:3] == ("obstructed1", "none", 0)
+    pilot = runs.index(("obstructed1", "rnd", 0))
+    assert runs[pilot + 1] == ("obstructed1", "none", 0)
+    argv = exploration.command("keycorridor", "rnd", 0, "runs/x")
+    assert argv[argv.index("--num-global-steps") + 1] == str(exploration.TASKS["keycorridor"][1])
+    # --runs: a * part picks the plan's runs (every seed of a cell); a misspelt item is refused by name
+    assert exploration.parse_runs("keycorridor3:e3b:*,doorkey5:count:1") == (
+        ("keycorridor3", "e3b", 0),
+        ("keycorridor3", "e3b", 1),
+        ("keycorridor3", "e3b", 2),
+        ("doorkey5", "count", 1),
+    )
+    with pytest.raises(SystemExit, match="'keycoridor3:e3b:0' is invalid"):
+        exploration.parse_runs("keycoridor3:e3b:0")
+    with pytest.raises(SystemExit, match="matches no run of the plan"):
+        exploration.parse_runs("doorkey5:e3b:*")
 
 
 @pytest.mark.slow
@@ -100,7 +113,7 @@ def test_committed_report_matches_the_committed_summaries():
     table: their results table is written by hand and links to docs/exploration.md."""
     summaries = exploration.load_summaries(exploration.RESULTS)
     doc = open(os.path.join(ROOT, "docs", "exploration.md"), encoding="utf-8").read()
-    assert exploration.markdown(summaries, exploration.PLAN) in doc
+    assert exploration.markdown(summaries) in doc
 
 
 def test_snd_versus_rnd_verdict_is_read_at_the_precision_shown():
@@ -132,7 +145,7 @@ def test_kill_stops_the_suite_and_its_run_together_and_the_run_resumes(tmp_path)
 
     out = tmp_path / "suite"
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
-    cmd += ["--jobs", "1"]  # the plan's second run starts only after the first (and then from scratch)
+    # one run at a time (the default): the plan's second run starts only after the first (and then from scratch)
     suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     run_dir = out / "doorkey5_none_seed0"
     first = run_dir / "models" / (exploration.checkpoint_prefix("doorkey5") + "_1.pdparams")
@@ -153,9 +166,7 @@ def test_kill_stops_the_suite_and_its_run_together_and_the_run_resumes(tmp_path)
     assert 1 <= saved < exploration.QUICK_UPDATES  # the stopped run saved where it was
 
     again = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
-    assert f"start doorkey5_none_seed0 ({exploration.QUICK_UPDATES * exploration.ROLLOUT:,} frames) from update " in (
-        again.stdout
-    ), again.stdout
+    assert f"start doorkey5_none_seed0 from update {saved}" in again.stdout, again.stdout
     s = json.loads(summary.read_text())
     assert s["resumed_at_updates"] == [saved] and s["seconds"] > 0
     assert "--resume" not in s["command"]  # the command to repeat the run is the unbroken one
@@ -175,7 +186,7 @@ def test_an_error_in_the_suite_stops_its_runs(tmp_path):
     out = tmp_path / "suite"
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "exploration.py"), "--quick", "--out", str(out)]
     suite = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    suite.stdout.readline()  # "2 runs to do, ..."
+    suite.stdout.readline()  # its first line (the page's copy, then "2 runs to do")
     deadline = time.time() + 120
     children = []
     while not children and time.time() < deadline:
