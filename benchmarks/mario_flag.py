@@ -2,6 +2,7 @@
 
     nice -n 5 python benchmarks/mario_flag.py            # the plan of docs/mario_learning.md, resumable
     python benchmarks/mario_flag.py --runs 1-1:rnd:0     # one run
+    python benchmarks/mario_flag.py --quick              # the pipeline in seconds, in runs/mario_flag-quick
     python benchmarks/mario_flag.py --report-only        # rebuild the report from the committed summaries
     python benchmarks/mario_flag.py --status             # where each run stands
     python benchmarks/mario_flag.py --pack-state         # the unfinished runs' resume state, to commit
@@ -63,6 +64,13 @@ DOCS = os.path.join(ROOT, "docs")
 PAGE = "mario_learning.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "mario_flag")
 RUN_FORMAT = "LEVEL:METHOD:SEED"
+#: ``--quick``: these runs with these trainer flags (2 updates of 2 envs x 8 steps, a checkpoint after each)
+QUICK = (
+    "1-1:rnd:0,1-1:none:0",
+    ("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2")
+    + ("--num-epochs", "1", "--num-global-steps", "32", "--save-interval", "1", "--eval-interval", "0")
+    + ("--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0"),
+)
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- mario-flag-results:start -->", "<!-- mario-flag-results:end -->"
 FINISHED = ("flag", "budget")
@@ -253,7 +261,8 @@ def plot(summaries, path):
         top.set_title(f"world {level}: greedy evaluation x_pos (star: first flag)")
         top.set_xlabel("agent steps")
         top.set_ylabel("x_pos")
-        top.legend(fontsize=8)
+        if top.get_legend_handles_labels()[0]:  # (no greedy evaluation yet: a --quick run)
+            top.legend(fontsize=8)
         middle.set_title(f"world {level}: training episodes' mean final x_pos (per {CURVE_BIN:,} steps)")
         middle.set_xlabel("agent steps")
         middle.set_ylabel("x_pos")

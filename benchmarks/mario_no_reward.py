@@ -2,6 +2,7 @@
 
     setsid nice -n 10 python benchmarks/mario_no_reward.py  # the plan of docs/mario_no_reward.md, resumable
     python benchmarks/mario_no_reward.py --runs icm:0        # one run
+    python benchmarks/mario_no_reward.py --quick             # the pipeline in seconds, in runs/mario_no_reward-quick
     python benchmarks/mario_no_reward.py --report-only       # rebuild the report from the committed summaries
     python benchmarks/mario_no_reward.py --status            # where each run stands
     python benchmarks/mario_no_reward.py --pack-state        # the unfinished runs' resume state, to commit
@@ -78,6 +79,13 @@ DOCS = os.path.join(ROOT, "docs")
 PAGE = "mario_no_reward.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "mario_no_reward")
 RUN_FORMAT = "METHOD:SEED"
+#: ``--quick``: this run with these trainer flags (2 updates of 2 envs x 8 steps, a checkpoint after each)
+QUICK = (
+    "rnd:0",
+    ("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2")
+    + ("--num-epochs", "1", "--num-global-steps", "32", "--save-interval", "1", "--eval-interval", "0")
+    + ("--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0"),
+)
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- mario-no-reward-results:start -->", "<!-- mario-no-reward-results:end -->"
 PREFIX = "mario_1_1"  # mario_1_1_<update>.pdparams
