@@ -381,18 +381,8 @@ def parse_runs(text) -> tuple:
 
 # ---------------------------------------------------------------------------------- report
 def load_summaries(results) -> dict:
-    """{(task, method): [summary, ...]} sorted by seed, from every JSON in ``results``."""
-    out = {}
-    if not os.path.isdir(results):
-        return out
-    for name in sorted(os.listdir(results)):
-        if name.endswith(".json") and not name.startswith("."):
-            with open(os.path.join(results, name), encoding="utf-8") as f:
-                s = json.load(f)
-            out.setdefault((s["task"], s["method"]), []).append(s)
-    for runs in out.values():
-        runs.sort(key=lambda s: s["seed"])
-    return out
+    """{(task, method): [summary, ...]} in seed order, from the summaries in ``results``."""
+    return RUNS.grouped(results, "task", "method")
 
 
 def frames_to_half(summary) -> int | None:

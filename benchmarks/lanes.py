@@ -1013,6 +1013,15 @@ class Runs:
                 raise SystemExit(f"error: {path} is not a run summary (JSON): {e}") from None
         return sorted(out, key=self.order)
 
+    def grouped(self, results, *fields) -> dict:
+        """The summaries in ``results`` (``load``) by their values of ``fields``: {value, or the tuple of the
+        values of several fields: [summary, ...] in ``order``}."""
+        out = {}
+        for s in self.load(results):
+            values = tuple(s[f] for f in fields)
+            out.setdefault(values if len(fields) > 1 else values[0], []).append(s)
+        return out
+
 
 def parse_method_seeds(text, methods) -> tuple:
     """``--runs`` as ``METHOD:SEED,...`` -> ((method, seed), ...); ``SystemExit`` naming a bad item."""

@@ -185,14 +185,6 @@ def parse_runs(text):
     return lanes.parse_method_seeds(text, AGENTS)
 
 
-def by_agent(summaries) -> dict:
-    """{agent: [summary, ...]} in seed order."""
-    out = {}
-    for s in summaries:
-        out.setdefault(s["agent"], []).append(s)
-    return out
-
-
 # ---------------------------------------------------------------------------------- speed
 def measure_speed(agents, paddings, out, results, steps=SPEED_STEPS):
     """Train steps/s of each agent over ``steps`` train steps after the warm-up (no evaluation, no checkpoints)."""
@@ -460,7 +452,7 @@ def plot(summaries, agents, path):
 
 def write_report(results, docs):
     """The results and speed blocks of ``docs/snd_dqn_pong.md`` and its PNG, from the files in ``results``."""
-    summaries = by_agent(RUNS.load(results))
+    summaries = RUNS.grouped(results, "agent")
     speed_path = os.path.join(results, "speed.json")
     speed = None
     if os.path.exists(speed_path):
