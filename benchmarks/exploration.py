@@ -359,24 +359,8 @@ def describe(summary) -> str:
 
 
 def parse_runs(text) -> tuple:
-    """``--runs`` as ``TASK:METHOD:SEED,...``; a ``*`` part matches the plan's runs (``keycorridor3:e3b:*``:
-    every planned seed of that cell). ``SystemExit`` naming an item that is neither."""
-    out = []
-    for item in text.split(","):
-        parts = item.split(":")
-        if len(parts) == 3 and "*" in parts:
-            found = [k for k in PLAN if all(p == "*" or p == str(v) for p, v in zip(parts, k))]
-            if not found:
-                raise SystemExit(f"error: --runs {item!r} matches no run of the plan")
-            out += [k for k in found if k not in out]
-            continue
-        if len(parts) != 3 or parts[0] not in TASKS or parts[1] not in METHODS or not parts[2].isdigit():
-            raise SystemExit(
-                f"error: --runs {item!r} is invalid: expected TASK:METHOD:SEED (a part may be *) with TASK one of "
-                f"{', '.join(TASKS)}, METHOD one of {', '.join(METHODS)} and SEED an integer >= 0"
-            )
-        out.append((parts[0], parts[1], int(parts[2])))
-    return tuple(out)
+    """``--runs`` as ``TASK:METHOD:SEED,...``; a ``*`` part matches the plan's runs (``keycorridor3:e3b:*``)."""
+    return lanes.parse_keys(text, PLAN, (("TASK", tuple(TASKS)), ("METHOD", tuple(METHODS)), ("SEED", None)))
 
 
 # ---------------------------------------------------------------------------------- report

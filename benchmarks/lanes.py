@@ -1023,18 +1023,37 @@ class Runs:
         return out
 
 
-def parse_method_seeds(text, methods) -> tuple:
-    """``--runs`` as ``METHOD:SEED,...`` -> ((method, seed), ...); ``SystemExit`` naming a bad item."""
+def parse_keys(text, plan, parts) -> tuple:
+    """``--runs`` as comma-separated keys ``A:B:...``, one part per entry of ``parts``: (its name, the values
+    it accepts, or None for a seed, an integer >= 0). A ``*`` part matches any value: the item stands for
+    the runs of ``plan`` it matches (``rnd:*``: every planned seed of RND). ``SystemExit`` naming an item
+    that is neither."""
     out = []
     for item in text.split(","):
-        method, _, seed = item.partition(":")
-        if method not in methods or not seed.isdigit():
-            raise SystemExit(
-                f"error: --runs {item!r} is invalid: expected METHOD:SEED with METHOD one of {', '.join(methods)} "
-                "and SEED an integer >= 0"
+        values = item.split(":")
+        if len(values) != len(parts) or not all(
+            v == "*" or (v.isdigit() if accepted is None else v in accepted) for v, (_, accepted) in zip(values, parts)
+        ):
+            accepted = "; ".join(
+                f"{n} {'an integer >= 0' if a is None else 'one of ' + ', '.join(a)}" for n, a in parts
             )
-        out.append((method, int(seed)))
+            raise SystemExit(
+                f"error: --runs {item!r} is invalid: expected {':'.join(n for n, _ in parts)} (a part may be *), "
+                f"with {accepted}"
+            )
+        if "*" in values:
+            found = [k for k in plan if all(v in ("*", str(p)) for v, p in zip(values, k))]
+            if not found:
+                raise SystemExit(f"error: --runs {item!r} matches no run of the plan")
+        else:
+            found = [tuple(int(v) if accepted is None else v for v, (_, accepted) in zip(values, parts))]
+        out += [k for k in found if k not in out]
     return tuple(out)
+
+
+def parse_method_seeds(text, methods, plan) -> tuple:
+    """``--runs`` as ``METHOD:SEED,...`` -> ((method, seed), ...), ``*`` parts matched in ``plan`` (``parse_keys``)."""
+    return parse_keys(text, plan, (("METHOD", tuple(methods)), ("SEED", None)))
 
 
 def write_suite_report(docs, page, picture, alt, summaries, markdown, plot, start, end) -> str:

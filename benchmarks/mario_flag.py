@@ -283,15 +283,7 @@ def write_report(results, docs):
 
 
 def parse_runs(text):
-    out = []
-    for item in text.split(","):
-        level, method, seed = item.split(":")
-        if level not in ("1-1", "4-4") or method not in METHODS:
-            raise SystemExit(
-                f"--runs {item!r} is invalid: expected LEVEL:METHOD:SEED with LEVEL 1-1 or 4-4, METHOD rnd or none"
-            )
-        out.append((level, method, int(seed)))
-    return tuple(out)
+    return lanes.parse_keys(text, PLAN, (("LEVEL", ("1-1", "4-4")), ("METHOD", tuple(METHODS)), ("SEED", None)))
 
 
 def main(argv=None):

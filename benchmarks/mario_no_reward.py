@@ -325,7 +325,7 @@ def write_report(results, docs, with_level=True):
 
 
 def parse_runs(text):
-    return lanes.parse_method_seeds(text, METHODS)
+    return lanes.parse_method_seeds(text, METHODS, PLAN)
 
 
 def main(argv=None):

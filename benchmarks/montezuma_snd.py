@@ -423,7 +423,7 @@ def write_report(results, docs):
 
 
 def parse_runs(text):
-    return lanes.parse_method_seeds(text, METHODS)
+    return lanes.parse_method_seeds(text, METHODS, PLAN)
 
 
 def add_heatmap_flags(parser) -> None:

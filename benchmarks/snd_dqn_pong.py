@@ -182,7 +182,7 @@ def describe(summary) -> str:
 
 
 def parse_runs(text):
-    return lanes.parse_method_seeds(text, AGENTS)
+    return lanes.parse_keys(text, PLAN, (("AGENT", tuple(AGENTS)), ("SEED", None)))
 
 
 # ---------------------------------------------------------------------------------- speed

@@ -126,7 +126,7 @@ def describe(summary) -> str:
 
 
 def parse_runs(text):
-    return lanes.parse_method_seeds(text, MODULES)
+    return lanes.parse_keys(text, PLAN, (("MODULE", MODULES), ("SEED", None)))
 
 
 # ---------------------------------------------------------------------------------- report

@@ -372,3 +372,22 @@ def test_a_pack_that_cannot_be_read_leaves_the_folder_it_would_replace(tmp_path)
     with pytest.raises(Exception, match="x_6.pdparams"):
         lanes.restore_state(str(out), str(state))
     assert lanes.newest_checkpoint(str(out / "r"), "x")[1] == 4  # still there, full precision
+
+
+def test_runs_of_every_suite_parse_keys_and_stars_match_the_plan():
+    """--runs: each suite's keys, a * part standing for the planned runs it matches; a bad item or a star
+    matching nothing is refused by name (before anything runs)."""
+    plan = (("rnd", 0), ("none", 0), ("rnd", 1))
+    parts = (("METHOD", ("rnd", "none")), ("SEED", None))
+    assert lanes.parse_keys("rnd:*", plan, parts) == (("rnd", 0), ("rnd", 1))
+    assert lanes.parse_keys("none:3,*:0", plan, parts) == (("none", 3), ("rnd", 0), ("none", 0))
+    for bad in ("rnd", "rnd:x", "icm:0", "rnd:0:1", "rnd:-1"):
+        with pytest.raises(SystemExit, match=f"--runs '{bad}' is invalid: expected METHOD:SEED .*one of rnd, none"):
+            lanes.parse_keys(bad, plan, parts)
+    with pytest.raises(SystemExit, match="'none:\\*' matches no run"):
+        lanes.parse_keys("none:*", plan[:1], parts)
+    import mario_flag
+
+    assert mario_flag.parse_runs("4-4:*:*") == tuple(k for k in mario_flag.PLAN if k[0] == "4-4")
+    with pytest.raises(SystemExit, match="LEVEL one of 1-1, 4-4"):
+        mario_flag.parse_runs("1-2:rnd:0")
