@@ -884,9 +884,10 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         if changing and not (args.report_only or args.status) and any(_same(a, b) for a, b in plans):
             # e.g. a small budget: resumed from the plan's own checkpoints or packs it would end them, and
             # its summaries would mark the plan's runs finished
+            flags = "--out, --results and --state" if suite.LANE_STATE else "--out and --results"
             p.error(
-                f"trainer flags {' '.join(changing)} change the runs: give them an --out, --results and --state "
-                f"of their own (not the plan's {suite.OUT!r}, {suite.RESULTS!r}, {suite.LANE_STATE!r})"
+                f"trainer flags {' '.join(changing)} change the runs: give them an {flags} of their own (not the "
+                f"plan's {', '.join(repr(folder) for _, folder in plans)})"
             )
     if (args.report_only or args.status) and not os.path.isdir(args.results):
         p.error(f"--results {args.results!r} is not a folder: expected the folder of the runs' summaries")

@@ -391,3 +391,22 @@ def test_runs_of_every_suite_parse_keys_and_stars_match_the_plan():
     assert mario_flag.parse_runs("4-4:*:*") == tuple(k for k in mario_flag.PLAN if k[0] == "4-4")
     with pytest.raises(SystemExit, match="LEVEL one of 1-1, 4-4"):
         mario_flag.parse_runs("1-2:rnd:0")
+
+
+@pytest.mark.parametrize(
+    "name, folders", [("montezuma_snd", "--out, --results and --state"), ("snd_signal", "--out and --results")]
+)
+def test_trainer_flags_that_change_the_runs_need_folders_of_their_own(name, folders, tmp_path, capsys):
+    """A small budget on the plan's own folders would end its runs early and mark them finished: refused,
+    naming the folders to give (a suite that packs nothing needs no --state); with its own folders, it passes
+    the check (--status runs nothing)."""
+    import importlib
+
+    suite = importlib.import_module(name)
+    with pytest.raises(SystemExit):
+        suite.main(["--num-epochs", "1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert f"trainer flags --num-epochs change the runs: give them an {folders} of their own" in err
+    assert repr(suite.RESULTS) in err and repr(str(tmp_path / "out")) not in err
+    own = ["--out", str(tmp_path / "out"), "--results", str(tmp_path), "--state", str(tmp_path / "state")]
+    assert suite.main(["--num-epochs", "1", "--status", *own]) == 0
