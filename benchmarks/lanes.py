@@ -854,13 +854,18 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     p.add_argument(
         "--status", action="store_true", help="print each summary's status and the planned runs still to do, and stop"
     )
-    p.add_argument("--pack-state", action="store_true", help="copy the unfinished runs' resume state into --state")
+    packs = suite.LANE_STATE is not None  # a suite whose runs are not packed lists neither flag
+    p.add_argument(
+        "--pack-state",
+        action="store_true",
+        help="copy the unfinished runs' resume state into --state" if packs else argparse.SUPPRESS,
+    )
     p.add_argument(
         "--state",
         default=None,
         help=f"folder of packed resume state, restored where no newer checkpoint is (default: {suite.LANE_STATE})"
-        if suite.LANE_STATE
-        else "(not used: this suite's runs are not packed)",
+        if packs
+        else argparse.SUPPRESS,
     )
     if add_arguments is not None:
         add_arguments(p)

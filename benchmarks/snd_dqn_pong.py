@@ -16,7 +16,7 @@ command, the code's commit); the scheduler and the command line are ``lanes.suit
 runs whose summary exists are skipped, a run cut short continues from its newest checkpoint
 (its ``metrics.jsonl`` is cut back to that checkpoint's step first), ``--report-only``
 rebuilds the report from the summaries alone, and flags the suite does not know go to every
-run's ``pong/train.py`` (with an ``--out``, ``--results`` and ``--state`` of their own). The
+run's ``pong/train.py`` (with an ``--out`` and ``--results`` of their own). The
 runs are not packed into git (``--pack-state``): their checkpoints hold the replay memory.
 
 The runs log into one parent folder, ``<out>/pong_<agent>_seed<k>``: ``visualdl
@@ -480,7 +480,16 @@ def main(argv=None):
         # dqn-e0 computes exactly what dqn does (only epsilon differs)
         measure_speed(("dqn", "snd"), ("valid", "same"), os.path.join(args.out, "speed"), args.results)
         argv = ["--report-only", "--out", args.out, "--results", args.results, "--docs", args.docs]
-    return lanes.suite_main(sys.modules[__name__], argv)
+    return lanes.suite_main(sys.modules[__name__], argv, add_arguments=_speed_flag)
+
+
+def _speed_flag(parser):  # listed in --help; main() acts on it before the suite's command line
+    parser.add_argument(
+        "--speed",
+        action="store_true",
+        help=f"instead of the plan: train steps/s of DQN and SND over {SPEED_STEPS} train steps (valid and same "
+        "padding) into <results>/speed.json, then the report (takes only --out, --results, --docs)",
+    )
 
 
 if __name__ == "__main__":
