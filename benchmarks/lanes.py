@@ -879,7 +879,7 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         args.docs = args.docs or args.out
     args.out, args.results = args.out or suite.OUT, args.results or suite.RESULTS
     args.docs, args.state = args.docs or suite.DOCS, args.state or suite.LANE_STATE
-    if args.pack_state and args.state is None:
+    if args.pack_state and not packs:
         p.error("--pack-state: this suite's runs are not packed (see its docstring)")
     if extra:
         check_trainer_flags(p, suite.TRAINER, extra)
