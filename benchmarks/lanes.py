@@ -825,11 +825,11 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     from a copy) and ``TRAINER``, its runs' train script. Flags it does not know go to the trainer
     of every run (checks, e.g. a small budget), once the trainer's parser has accepted them (a misspelt flag
     of the suite's own, ``--report-onyl``, is refused before anything runs), and, unless they are
-    ``HOW_NOT_WHAT``, only with an ``--out``, ``--results`` and ``--state`` of their own. Returns 1 when a run
-    failed, else 0. A suite adds flags of its own with ``add_arguments(parser)`` and acts on them in
-    ``before_report(args)``, called before its report is written. A suite with ``QUICK = (runs, trainer
-    flags)`` also offers ``--quick``: those runs with those flags, and their summaries, state and report in a
-    scratch folder, ``<OUT>-quick`` unless ``--out`` names one."""
+    ``HOW_NOT_WHAT``, only with an ``--out``, ``--results`` (and, where it packs, ``--state``) of their own.
+    Returns 1 when a run failed, else 0. A suite adds flags of its own with ``add_arguments(parser)`` and acts
+    on them in ``before_report(args)``, called before its report is written. A suite with ``QUICK = (runs,
+    trainer flags)`` also offers ``--quick``: those runs with those flags, and their summaries, state and
+    report in a scratch folder, ``<OUT>-quick`` unless ``--out`` names one."""
     import argparse
 
     p = argparse.ArgumentParser(description=suite.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -875,7 +875,7 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         args.out = args.out or suite.OUT + "-quick"
         os.makedirs(args.out, exist_ok=True)
         args.results = args.results or os.path.join(args.out, "results")
-        args.state = args.state or (os.path.join(args.out, "state") if suite.LANE_STATE else None)
+        args.state = args.state or (os.path.join(args.out, "state") if packs else None)
         args.docs = args.docs or args.out
     args.out, args.results = args.out or suite.OUT, args.results or suite.RESULTS
     args.docs, args.state = args.docs or suite.DOCS, args.state or suite.LANE_STATE
@@ -885,11 +885,11 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
         check_trainer_flags(p, suite.TRAINER, extra)
         changing = [f for f in extra if f.startswith("--") and f.split("=")[0] not in HOW_NOT_WHAT]
         plans = [(args.out, suite.OUT), (args.results, suite.RESULTS)]
-        plans += [(args.state, suite.LANE_STATE)] if suite.LANE_STATE and args.state else []
+        plans += [(args.state, suite.LANE_STATE)] if packs else []
         if changing and not (args.report_only or args.status) and any(_same(a, b) for a, b in plans):
             # e.g. a small budget: resumed from the plan's own checkpoints or packs it would end them, and
             # its summaries would mark the plan's runs finished
-            flags = "--out, --results and --state" if suite.LANE_STATE else "--out and --results"
+            flags = "--out, --results and --state" if packs else "--out and --results"
             p.error(
                 f"trainer flags {' '.join(changing)} change the runs: give them an {flags} of their own (not the "
                 f"plan's {', '.join(repr(folder) for _, folder in plans)})"
@@ -933,6 +933,10 @@ def suite_main(suite, argv=None, add_arguments=None, before_report=None) -> int:
     return 1 if failed else 0
 
 
+#: the flags of a PPO suite's ``QUICK`` runs (Mario, Montezuma): 2 updates of 2 in-process envs x 8 steps, a
+#: checkpoint after each, no evaluation; a suite adds its game's own switches
+TINY_PPO = ("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2")
+TINY_PPO += ("--num-global-steps", "32", "--save-interval", "1", "--eval-interval", "0")
 #: trainer flags that change how a run computes, not what it learns: allowed on the plan's own runs (fewer
 #: than the trainers' ``HOW_NOT_WHAT``, whose folders a suite chooses itself and whose env backends it keeps)
 HOW_NOT_WHAT = frozenset({"--device", "--num-threads", "--num-workers", "--inference"})

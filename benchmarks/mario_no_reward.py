@@ -79,12 +79,11 @@ DOCS = os.path.join(ROOT, "docs")
 PAGE = "mario_no_reward.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "mario_no_reward")
 RUN_FORMAT = "METHOD:SEED"
-#: ``--quick``: this run with these trainer flags (2 updates of 2 envs x 8 steps, a checkpoint after each)
+#: ``--quick``: this run with these trainer flags (``lanes.TINY_PPO``)
 QUICK = (
     "rnd:0",
-    ("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2")
-    + ("--num-epochs", "1", "--num-global-steps", "32", "--save-interval", "1", "--eval-interval", "0")
-    + ("--video-interval", "0", "--histogram-interval", "0", "--embedding-interval", "0"),
+    (*lanes.TINY_PPO, "--num-epochs", "1", "--video-interval", "0", "--histogram-interval", "0")
+    + ("--embedding-interval", "0"),
 )
 TRAINER = "mario/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- mario-no-reward-results:start -->", "<!-- mario-no-reward-results:end -->"

@@ -116,12 +116,8 @@ DOCS = os.path.join(ROOT, "docs")
 PAGE = "montezuma.md"  # the report's page in DOCS
 OUT = os.path.join(ROOT, "runs", "montezuma_snd")
 RUN_FORMAT = "METHOD:SEED"
-#: ``--quick``: this run with these trainer flags (2 updates of 2 envs x 8 steps, a checkpoint after each)
-QUICK = (
-    "snd-vic:0",
-    ("--num-processes", "2", "--num-workers", "-1", "--num-local-steps", "8", "--batch-size", "2")
-    + ("--num-global-steps", "32", "--save-interval", "1", "--eval-interval", "0", "--picture-interval", "0"),
-)
+#: ``--quick``: this run with these trainer flags (``lanes.TINY_PPO``)
+QUICK = ("snd-vic:0", (*lanes.TINY_PPO, "--picture-interval", "0"))
 TRAINER = "montezuma/train.py"  # every run's train script (it also checks the flags the suite passes on)
 START, END = "<!-- montezuma-results:start -->", "<!-- montezuma-results:end -->"
 PREFIX = "montezuma"  # montezuma_<update>.pdparams
